@@ -1,0 +1,111 @@
+//! `ActorRole`: a group of identical pods in a cluster — the app's pod template plus the actor
+//! and worker types its sidecars register. The operator renders it into a Deployment whose pods
+//! carry the sidecar.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::TypeName;
+
+/// Desired state of a role.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "actors.sigx.dev",
+    version = "v1alpha1",
+    kind = "ActorRole",
+    namespaced,
+    status = "ActorRoleStatus",
+    shortname = "arl",
+    category = "sigx",
+    doc = "A role in a sigx cluster: an app pod template plus the stateful actor types and stateless worker types its sidecars register. Rendered into a Deployment with the sidecar injected.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "CLUSTER",
+        type_ = "string",
+        json_path = ".spec.clusterRef.name"
+    ),
+    printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicas"),
+    printcolumn(name = "READY", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(name = "HOSTS", type_ = "integer", json_path = ".status.hosts"),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("size(self.actors) + size(self.workers) > 0").message("a role must register at least one type in actors or workers").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new("self.actors.all(t, !(t in self.workers))").message("a type name may appear in actors or in workers, not both").reason(Reason::FieldValueDuplicate))]
+pub struct ActorRoleSpec {
+    /// The ActorCluster (same namespace) whose members these pods are. Immutable: moving pods
+    /// between clusters is a delete and a create.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("clusterRef is immutable; create a new ActorRole instead"))]
+    pub cluster_ref: ClusterRef,
+    /// Number of pods (hosts). Also driven by `kubectl scale` and HPAs via the scale subresource.
+    #[serde(default = "default_replicas")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: i32,
+    /// Stateful actor types this role's hosts register (single activation, directory-placed).
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub actors: Vec<TypeName>,
+    /// Stateless worker types this role's hosts register (run on the receiving host).
+    #[serde(default)]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
+    pub workers: Vec<TypeName>,
+    /// Pod template of the app. The operator adds the sidecar, the socket volume and labels.
+    pub template: PodTemplateSpec,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// Reference to the ActorCluster a role belongs to.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRef {
+    /// Name of an ActorCluster in the role's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// Observed state of a role.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ActorRoleStatus {
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Pods of the role's Deployment (the scale subresource's status replicas).
+    #[serde(default)]
+    pub replicas: i32,
+    /// Pods that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Hosts of this role holding a membership Lease.
+    #[serde(default)]
+    pub hosts: i32,
+    /// Label selector of the role's pods, in string form (the scale subresource's selector).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// `Ready` and `Degraded` conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+}
+
+impl ActorRoleSpec {
+    /// All types the role registers, stateful first, in spec order.
+    pub fn all_types(&self) -> impl Iterator<Item = &TypeName> {
+        self.actors.iter().chain(self.workers.iter())
+    }
+}
