@@ -109,9 +109,15 @@ mod tests {
         let (m0, w0) = (clock.now(), clock.wall());
         clock.suspend(Duration::from_secs(30));
         assert_eq!(clock.now(), m0);
-        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            clock.wall().duration_since(w0).unwrap(),
+            Duration::from_secs(30)
+        );
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(clock.now() - m0, Duration::from_secs(2));
-        assert_eq!(clock.wall().duration_since(w0).unwrap(), Duration::from_secs(32));
+        assert_eq!(
+            clock.wall().duration_since(w0).unwrap(),
+            Duration::from_secs(32)
+        );
     }
 }

@@ -15,7 +15,10 @@
 
 pub mod app;
 pub mod clock;
+pub mod config;
 pub mod directory;
+pub mod health;
+pub mod host;
 pub mod membership;
 pub mod mesh;
 pub mod placement;

@@ -1,1 +1,54 @@
-fn main() {}
+//! `sigx-sidecar`: parses configuration (exit 64 on a bad value, before anything binds), then
+//! runs one host until SIGTERM/SIGINT. A second signal skips to a fast exit.
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use sigx_sidecar::config::{Args, EXIT_USAGE};
+use sigx_sidecar::host::{self, Host, StopKind};
+
+fn main() {
+    let args = Args::parse();
+    let cfg = match args.validate() {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("sigx-sidecar: configuration error: {e}");
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let code = rt.block_on(async move {
+        let host = match Host::start(cfg).await {
+            Ok(h) => h,
+            Err(e) => {
+                tracing::error!("cannot start: {e}");
+                return 1;
+            }
+        };
+        if let Err(e) = host::first_signal().await {
+            tracing::error!("cannot install signal handlers: {e}");
+            return 1;
+        }
+        tracing::info!("stop requested: graceful stop (signal again to skip to a fast exit)");
+        let stop = host.stop(StopKind::Graceful);
+        tokio::pin!(stop);
+        tokio::select! {
+            _ = &mut stop => {}
+            _ = host::first_signal() => {
+                tracing::warn!("second signal: fast exit");
+            }
+        }
+        0
+    });
+    std::process::exit(code);
+}

@@ -1,1 +1,266 @@
-//! (being built)
+//! The app API: the `ActorHost` gRPC service the sidecar serves on its Unix socket.
+//!
+//! The app registers on the `Serve` stream and answers turns; anyone on the socket may `Call`.
+//! Where a call goes is not decided here: the service hands it to a [`Dispatcher`] — the local
+//! runtime on a single host, the routing loop in a cluster.
+
+pub mod deadline;
+
+use crate::runtime::{ActorId, AttachError, Registry, Runtime};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use sigx_proto::ActorError;
+use sigx_proto::v1::{self, actor_host_server::ActorHost};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// How long an app has to send `Register` after opening `Serve`.
+pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where calls go and what the host says about the cluster: the local runtime on a single host,
+/// the routing loop and membership in a cluster.
+#[async_trait]
+pub trait Dispatcher: Send + Sync + 'static {
+    /// Runs a call wherever the actor lives (or a worker, here).
+    async fn call(
+        &self,
+        actor: ActorId,
+        method: String,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError>;
+
+    /// One attempt at a worker method on a chosen host.
+    async fn dispatch_on(
+        &self,
+        host_id: String,
+        worker: ActorId,
+        method: String,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError>;
+
+    /// The filtered membership view.
+    fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse;
+
+    /// The filtered view now, then on every observed change.
+    fn watch_members(&self, req: v1::MembersRequest) -> BoxStream<'static, v1::MembersResponse>;
+
+    /// This host's status.
+    fn status(&self) -> v1::StatusResponse;
+}
+
+/// The `ActorHost` service.
+#[derive(Clone)]
+pub struct AppService {
+    runtime: Runtime,
+    dispatcher: Arc<dyn Dispatcher>,
+    default_timeout: Duration,
+}
+
+impl AppService {
+    /// The service over `runtime`, sending calls to `dispatcher`.
+    pub fn new(
+        runtime: Runtime,
+        dispatcher: Arc<dyn Dispatcher>,
+        default_timeout: Duration,
+    ) -> Self {
+        AppService {
+            runtime,
+            dispatcher,
+            default_timeout,
+        }
+    }
+
+    fn deadline<T>(&self, req: &Request<T>, timeout_ms: u64) -> Instant {
+        deadline::from_request(
+            req.metadata(),
+            timeout_ms,
+            self.default_timeout,
+            Instant::now(),
+        )
+    }
+
+    fn max_payload(&self) -> usize {
+        self.runtime.config().max_payload_bytes
+    }
+}
+
+fn actor_of(actor: Option<&v1::ActorRef>, field: &str) -> Result<ActorId, ActorError> {
+    let Some(actor) = actor else {
+        return Err(ActorError::invalid(format!(
+            "{field} is missing: name the actor type and key"
+        )));
+    };
+    if actor.actor_type.is_empty() {
+        return Err(ActorError::invalid(format!(
+            "{field}.actor_type is empty: name a registered type"
+        )));
+    }
+    if actor.key.len() > 1024 {
+        return Err(ActorError::invalid(format!(
+            "{field}.key is {} bytes: keys are at most 1024 bytes",
+            actor.key.len()
+        )));
+    }
+    Ok(ActorId::from_proto(actor))
+}
+
+fn check_payload(len: usize, limit: usize) -> Result<(), ActorError> {
+    if len > limit {
+        return Err(ActorError::invalid(format!(
+            "payload of {len} bytes exceeds the limit of {limit} bytes (SIGX_MAX_PAYLOAD_BYTES); \
+             send less per call"
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ActorHost for AppService {
+    type ServeStream = UnboundedReceiverStream<Result<v1::SidecarMessage, Status>>;
+    type WatchMembersStream = BoxStream<'static, Result<v1::MembersResponse, Status>>;
+
+    async fn serve(
+        &self,
+        request: Request<Streaming<v1::AppMessage>>,
+    ) -> Result<Response<Self::ServeStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(REGISTER_TIMEOUT, inbound.next())
+            .await
+            .map_err(|_| {
+                ActorError::invalid(format!(
+                    "no Register message within {REGISTER_TIMEOUT:?} of opening Serve: the first \
+                     message must register the app's types"
+                ))
+            })?;
+        let register = match first {
+            Some(Ok(v1::AppMessage {
+                msg: Some(v1::app_message::Msg::Register(r)),
+            })) => r,
+            Some(Ok(_)) => {
+                return Err(ActorError::invalid(
+                    "the first message on Serve must be Register (got a turn result)",
+                )
+                .into());
+            }
+            Some(Err(status)) => return Err(status),
+            None => return Err(ActorError::invalid("Serve closed before Register").into()),
+        };
+        let registry = Registry::from_proto(&register)
+            .map_err(|e| ActorError::invalid(format!("registration refused: {e}")))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = self
+            .runtime
+            .attach(registry, tx.clone())
+            .map_err(|e| match e {
+                AttachError::AlreadyAttached(_) => Status::failed_precondition(e.to_string()),
+                AttachError::Invalid(e) => ActorError::invalid(e.to_string()).into(),
+            })?;
+        let _ = tx.send(Ok(v1::SidecarMessage {
+            msg: Some(v1::sidecar_message::Msg::Registered(v1::Registered {
+                host_id: self.runtime.config().host_id.clone(),
+                max_payload_bytes: self.max_payload() as u64,
+            })),
+        }));
+        let runtime = self.runtime.clone();
+        let limit = self.max_payload();
+        tokio::spawn(async move {
+            loop {
+                match inbound.next().await {
+                    Some(Ok(v1::AppMessage {
+                        msg: Some(v1::app_message::Msg::Result(mut result)),
+                    })) => {
+                        if let Some(v1::turn_result::Outcome::Ok(bytes)) = &result.outcome
+                            && bytes.len() > limit
+                        {
+                            result.outcome = Some(v1::turn_result::Outcome::Error(v1::TurnError {
+                                kind: v1::ErrorKind::Invalid as i32,
+                                message: format!(
+                                    "the actor's result of {} bytes exceeds the limit of {limit} \
+                                     bytes (SIGX_MAX_PAYLOAD_BYTES)",
+                                    bytes.len()
+                                ),
+                            }));
+                        }
+                        session.complete(result)
+                    }
+                    Some(Ok(_)) => {
+                        tracing::warn!("app sent a second Register or an empty message: ignored");
+                    }
+                    Some(Err(status)) => {
+                        tracing::warn!(%status, "app stream failed");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            runtime.detach(&session);
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+
+    async fn call(
+        &self,
+        request: Request<v1::CallRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        check_payload(req.payload.len(), self.max_payload())?;
+        if req.method.is_empty() {
+            return Err(ActorError::invalid("method is empty: name the method to call").into());
+        }
+        let payload = self
+            .dispatcher
+            .call(actor, req.method, req.payload, deadline)
+            .await?;
+        Ok(Response::new(v1::CallResponse { payload }))
+    }
+
+    async fn members(
+        &self,
+        request: Request<v1::MembersRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        Ok(Response::new(self.dispatcher.members(request.get_ref())))
+    }
+
+    async fn dispatch_on(
+        &self,
+        request: Request<v1::DispatchOnRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        let req = request.into_inner();
+        let worker = actor_of(req.worker.as_ref(), "worker")?;
+        check_payload(req.payload.len(), self.max_payload())?;
+        if req.host_id.is_empty() {
+            return Err(ActorError::invalid("host_id is empty: pick a host from Members").into());
+        }
+        let payload = self
+            .dispatcher
+            .dispatch_on(req.host_id, worker, req.method, req.payload, deadline)
+            .await?;
+        Ok(Response::new(v1::CallResponse { payload }))
+    }
+
+    async fn watch_members(
+        &self,
+        request: Request<v1::MembersRequest>,
+    ) -> Result<Response<Self::WatchMembersStream>, Status> {
+        let stream = self.dispatcher.watch_members(request.into_inner()).map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn status(
+        &self,
+        _request: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        Ok(Response::new(self.dispatcher.status()))
+    }
+}

@@ -1,12 +1,29 @@
 //! Local activations: one activation per actor id on this host, turn-based delivery, reentrant
 //! types, stateless workers, deadlines and idle deactivation.
+//!
+//! The runtime knows nothing of the cluster: before it activates an actor or dispatches a turn it
+//! asks its [`ActivationGate`], where the directory (Rule 1: register before activate) and the
+//! membership lease (fencing) plug in.
 
+mod activation;
 pub mod gate;
+pub mod registry;
+pub mod session;
 
 pub use gate::{ActivationGate, OpenGate};
+pub use registry::{RegistrationError, Registry};
+pub use session::{AppSession, TurnKind, TurnOutcome};
 
+use activation::{Activation, Envelope};
+use bytes::Bytes;
+use sigx_proto::{ActorError, v1};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::time::Instant;
 
 /// The identity of one actor: its type and key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,15 +44,15 @@ impl ActorId {
     }
 
     /// The protobuf form.
-    pub fn to_proto(&self) -> sigx_proto::v1::ActorRef {
-        sigx_proto::v1::ActorRef {
+    pub fn to_proto(&self) -> v1::ActorRef {
+        v1::ActorRef {
             actor_type: self.actor_type.to_string(),
             key: self.key.to_string(),
         }
     }
 
     /// From the protobuf form.
-    pub fn from_proto(r: &sigx_proto::v1::ActorRef) -> Self {
+    pub fn from_proto(r: &v1::ActorRef) -> Self {
         ActorId::new(r.actor_type.as_str(), r.key.as_str())
     }
 }
@@ -43,5 +60,524 @@ impl ActorId {
 impl fmt::Display for ActorId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.actor_type, self.key)
+    }
+}
+
+/// Runtime settings.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// This host's id, used in activation ids and messages.
+    pub host_id: String,
+    /// Largest payload accepted or delivered.
+    pub max_payload_bytes: usize,
+    /// A turn running longer than this logs a warning naming actor and method.
+    pub slow_turn: Duration,
+    /// The deadline of Activate and Deactivate turns.
+    pub lifecycle_turn_timeout: Duration,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            host_id: "local".into(),
+            max_payload_bytes: 4 * 1024 * 1024,
+            slow_turn: Duration::from_secs(5),
+            lifecycle_turn_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Counters of the local runtime (reported in `Status` and `/metrics`).
+#[derive(Debug, Default)]
+pub struct RuntimeCounters {
+    pub activations: AtomicU64,
+    pub deactivations: AtomicU64,
+    pub turns: AtomicU64,
+    pub worker_turns: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub slow_turns: AtomicU64,
+    pub app_errors: AtomicU64,
+}
+
+impl RuntimeCounters {
+    /// Snapshot, by stable name.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        BTreeMap::from([
+            ("activations".to_string(), g(&self.activations)),
+            ("deactivations".to_string(), g(&self.deactivations)),
+            ("turns".to_string(), g(&self.turns)),
+            ("workerTurns".to_string(), g(&self.worker_turns)),
+            ("turnTimeouts".to_string(), g(&self.timeouts)),
+            ("slowTurns".to_string(), g(&self.slow_turns)),
+            ("appErrors".to_string(), g(&self.app_errors)),
+        ])
+    }
+}
+
+/// Whether an app is attached, and which.
+#[derive(Debug, Clone)]
+pub enum AppState {
+    /// No app is registered: the host is not ready.
+    Detached,
+    /// An app is registered and serving.
+    Attached(Arc<AppSession>),
+}
+
+pub(crate) struct Inner {
+    pub(crate) cfg: RuntimeConfig,
+    pub(crate) gate: Arc<dyn ActivationGate>,
+    pub(crate) counters: RuntimeCounters,
+    app: watch::Sender<AppState>,
+    pub(crate) activations: Mutex<HashMap<ActorId, Activation>>,
+    workers: Mutex<HashMap<String, Arc<Semaphore>>>,
+    next_session: AtomicU64,
+    next_activation: AtomicU64,
+    /// Turns dispatched and not yet answered (for draining).
+    pub(crate) in_flight: watch::Sender<u64>,
+}
+
+/// The local actor runtime of one host.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("host_id", &self.inner.cfg.host_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an app could not attach.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(
+        "another app ({0:?}) is already registered with this sidecar: one sidecar serves one app; \
+         stop the other app first"
+    )]
+    AlreadyAttached(String),
+    #[error("{0}")]
+    Invalid(#[from] RegistrationError),
+}
+
+impl Runtime {
+    /// A runtime asking `gate` before every activation and turn.
+    pub fn new(cfg: RuntimeConfig, gate: Arc<dyn ActivationGate>) -> Self {
+        Runtime {
+            inner: Arc::new(Inner {
+                cfg,
+                gate,
+                counters: RuntimeCounters::default(),
+                app: watch::channel(AppState::Detached).0,
+                activations: Mutex::new(HashMap::new()),
+                workers: Mutex::new(HashMap::new()),
+                next_session: AtomicU64::new(1),
+                next_activation: AtomicU64::new(1),
+                in_flight: watch::channel(0).0,
+            }),
+        }
+    }
+
+    /// The runtime's settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.cfg
+    }
+
+    /// The runtime's counters.
+    pub fn counters(&self) -> &RuntimeCounters {
+        &self.inner.counters
+    }
+
+    /// The gate the runtime asks.
+    pub fn gate(&self) -> &Arc<dyn ActivationGate> {
+        &self.inner.gate
+    }
+
+    /// The app currently attached, if any.
+    pub fn app(&self) -> Option<Arc<AppSession>> {
+        match &*self.inner.app.borrow() {
+            AppState::Attached(s) => Some(s.clone()),
+            AppState::Detached => None,
+        }
+    }
+
+    /// Watches app attach/detach.
+    pub fn watch_app(&self) -> watch::Receiver<AppState> {
+        self.inner.app.subscribe()
+    }
+
+    /// Attaches a registered app. Refused while another app is attached.
+    pub fn attach(
+        &self,
+        registry: Registry,
+        tx: tokio::sync::mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
+    ) -> Result<Arc<AppSession>, AttachError> {
+        let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
+        let session = AppSession::new(id, registry, tx);
+        let mut refused = None;
+        self.inner.app.send_if_modified(|state| match state {
+            AppState::Attached(existing) if !existing.is_closed() => {
+                refused = Some(existing.registry.app_name.clone());
+                false
+            }
+            _ => {
+                *state = AppState::Attached(session.clone());
+                true
+            }
+        });
+        if let Some(name) = refused {
+            return Err(AttachError::AlreadyAttached(name));
+        }
+        {
+            let mut workers = self.inner.workers.lock().expect("workers lock");
+            workers.clear();
+            for w in session.registry.workers.values() {
+                workers.insert(
+                    w.name.clone(),
+                    Arc::new(Semaphore::new(w.max_concurrency as usize)),
+                );
+            }
+        }
+        tracing::info!(app = %session.registry.app_name, session = id,
+            actors = ?session.registry.actors.keys().collect::<Vec<_>>(),
+            workers = ?session.registry.workers.keys().collect::<Vec<_>>(), "app registered");
+        Ok(session)
+    }
+
+    /// Detaches the app of `session` (its stream closed): turns in flight resolve as
+    /// outcome-unknown, queued calls as unreachable (they never ran), and every activation of
+    /// the session is dropped.
+    pub fn detach(&self, session: &Arc<AppSession>) {
+        session.close();
+        self.inner.app.send_if_modified(|state| match state {
+            AppState::Attached(s) if s.id == session.id => {
+                *state = AppState::Detached;
+                true
+            }
+            _ => false,
+        });
+        tracing::warn!(app = %session.registry.app_name, session = session.id,
+            "app disconnected: its activations are dropped; not ready until an app registers again");
+    }
+
+    /// Live activations per type, sorted.
+    pub fn activation_counts(&self) -> Vec<(String, u64)> {
+        let table = self.inner.activations.lock().expect("activations lock");
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        for id in table.keys() {
+            *counts.entry(id.actor_type.to_string()).or_default() += 1;
+        }
+        counts.into_iter().collect()
+    }
+
+    /// Whether `actor` is active here now.
+    pub fn is_active(&self, actor: &ActorId) -> bool {
+        self.inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .contains_key(actor)
+    }
+
+    /// The activation ids live here, for the directory's Collect answers and tests.
+    pub fn live_activations(&self) -> Vec<(ActorId, Arc<str>)> {
+        self.inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .iter()
+            .map(|(id, a)| (id.clone(), a.activation_id.clone()))
+            .collect()
+    }
+
+    /// Whether this host's app registers `actor_type` as a stateful actor (`Some(true)`), as a
+    /// worker (`Some(false)`), or not at all (`None`).
+    pub fn registers(&self, actor_type: &str) -> Option<bool> {
+        let app = self.app()?;
+        if app.registry.actors.contains_key(actor_type) {
+            Some(true)
+        } else if app.registry.workers.contains_key(actor_type) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    fn check_payload(&self, payload: &Bytes) -> Result<(), ActorError> {
+        let limit = self.inner.cfg.max_payload_bytes;
+        if payload.len() > limit {
+            return Err(ActorError::invalid(format!(
+                "payload of {} bytes exceeds the limit of {limit} bytes (SIGX_MAX_PAYLOAD_BYTES); \
+                 send less per call",
+                payload.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `method` on `actor` on this host: activating it here if needed (after the gate's
+    /// claim), one turn at a time, answering by `deadline`.
+    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor))]
+    pub async fn invoke(
+        &self,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        self.check_payload(&payload)?;
+        let Some(app) = self.app() else {
+            return Err(ActorError::unreachable(format!(
+                "no app is registered with the sidecar on host {}: the call never ran; start the \
+                 app (it registers on the Serve stream)",
+                self.inner.cfg.host_id
+            )));
+        };
+        let registry = &app.registry;
+        if let Some(ty) = registry.actors.get(&*actor.actor_type) {
+            if !ty.methods.is_empty() && !ty.methods.contains(method) {
+                return Err(unknown_method(actor, method, &ty.methods));
+            }
+            self.inner.gate.check_serving()?;
+            self.invoke_stateful(app.clone(), actor, method, payload, deadline)
+                .await
+        } else if let Some(w) = registry.workers.get(&*actor.actor_type) {
+            if !w.methods.is_empty() && !w.methods.contains(method) {
+                return Err(unknown_method(actor, method, &w.methods));
+            }
+            self.invoke_worker(app.clone(), actor, method, payload, deadline)
+                .await
+        } else {
+            Err(ActorError::invalid(format!(
+                "actor type {:?} is not registered by the app on host {} (registered: {}); \
+                 register it in the app or check the type name",
+                actor.actor_type,
+                self.inner.cfg.host_id,
+                registry.all_types().join(", ")
+            )))
+        }
+    }
+
+    async fn invoke_stateful(
+        &self,
+        app: Arc<AppSession>,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let (reply_tx, reply_rx) = oneshot::channel();
+        let mut envelope = Some(Envelope {
+            method: method.to_string(),
+            payload,
+            deadline,
+            reply: reply_tx,
+        });
+        {
+            let mut table = self.inner.activations.lock().expect("activations lock");
+            if let Some(existing) = table.get(actor) {
+                match existing.tx.send(envelope.take().expect("envelope")) {
+                    Ok(()) => {}
+                    Err(tokio::sync::mpsc::error::SendError(back)) => {
+                        // The activation is ending: replace it with a new one below.
+                        table.remove(actor);
+                        envelope = Some(back);
+                    }
+                }
+            }
+            if let Some(envelope) = envelope {
+                self.inner.gate.check_accepting()?;
+                let n = self.inner.next_activation.fetch_add(1, Ordering::Relaxed);
+                let activation_id: Arc<str> =
+                    format!("{}.{}.{n}", self.inner.cfg.host_id, app.id).into();
+                let ty = app
+                    .registry
+                    .actors
+                    .get(&*actor.actor_type)
+                    .expect("type checked by caller")
+                    .clone();
+                let activation =
+                    Activation::spawn(self.clone(), app.clone(), actor.clone(), activation_id, ty);
+                activation.tx.send(envelope).map_err(|_| {
+                    ActorError::unreachable("activation ended before its first turn")
+                })?;
+                table.insert(actor.clone(), activation);
+            }
+        }
+        match tokio::time::timeout_at(deadline, reply_rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(ActorError::outcome_unknown(format!(
+                "the activation of {actor} ended with this call in flight: outcome unknown"
+            ))),
+            Err(_) => {
+                self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(ActorError::timeout(format!(
+                    "call {actor}.{method} passed its deadline; a late result is discarded"
+                )))
+            }
+        }
+    }
+
+    async fn invoke_worker(
+        &self,
+        app: Arc<AppSession>,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let sem = self
+            .inner
+            .workers
+            .lock()
+            .expect("workers lock")
+            .get(&*actor.actor_type)
+            .cloned()
+            .ok_or_else(|| ActorError::unreachable("the worker pool is gone (app detached)"))?;
+        let timeout = || {
+            ActorError::timeout(format!(
+                "worker call {actor}.{method} passed its deadline; a late result is discarded"
+            ))
+        };
+        let _permit = match tokio::time::timeout_at(deadline, sem.acquire_owned()).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(_)) => return Err(ActorError::unreachable("the worker pool closed")),
+            Err(_) => return Err(timeout()),
+        };
+        self.inner
+            .counters
+            .worker_turns
+            .fetch_add(1, Ordering::Relaxed);
+        let turn = app.start_turn(
+            actor,
+            "",
+            TurnKind::Invoke {
+                method: method.to_string(),
+                payload,
+            },
+            deadline,
+            Instant::now(),
+        );
+        let result = self.run_timed(actor, method, deadline, turn).await;
+        self.note_error(&result);
+        match result {
+            Some(r) => r,
+            None => Err(timeout()),
+        }
+    }
+
+    /// Awaits a turn, warning when it runs past the slow-turn threshold; `None` when the
+    /// deadline passed first (the turn is then left to finish on its own).
+    pub(crate) async fn run_timed<F>(
+        &self,
+        actor: &ActorId,
+        method: &str,
+        deadline: Instant,
+        turn: F,
+    ) -> Option<TurnOutcome>
+    where
+        F: std::future::Future<Output = TurnOutcome> + Send + 'static,
+    {
+        let _in_flight = InFlight::new(&self.inner.in_flight);
+        let started = Instant::now();
+        let slow = self.inner.cfg.slow_turn;
+        let mut turn = Box::pin(turn);
+        let mut warned = false;
+        loop {
+            let warn_at = started + slow;
+            tokio::select! {
+                outcome = &mut turn => return Some(outcome),
+                _ = tokio::time::sleep_until(deadline) => {
+                    self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+                _ = tokio::time::sleep_until(warn_at), if !warned => {
+                    warned = true;
+                    self.inner.counters.slow_turns.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(actor = %actor, method, after_ms = slow.as_millis() as u64,
+                        "slow turn: it holds its activation; long work should be chunked or moved off the turn");
+                }
+            }
+        }
+    }
+
+    fn note_error(&self, result: &Option<TurnOutcome>) {
+        if let Some(Err(e)) = result
+            && e.kind == sigx_proto::ErrorKind::App
+        {
+            self.inner
+                .counters
+                .app_errors
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Turns dispatched to the app and not yet answered.
+    pub fn in_flight(&self) -> u64 {
+        *self.inner.in_flight.borrow()
+    }
+
+    /// Waits until no turn is in flight, or `deadline`. True when drained.
+    pub async fn drain(&self, deadline: Instant) -> bool {
+        let mut rx = self.inner.in_flight.subscribe();
+        tokio::time::timeout_at(deadline, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok()
+    }
+
+    /// Deactivates every activation (Deactivate turns, then the gate's release), waiting up to
+    /// `deadline`. Used by the graceful stop.
+    pub async fn deactivate_all(&self, deadline: Instant) {
+        let all: Vec<Activation> = self
+            .inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
+        let mut done = Vec::new();
+        for a in all {
+            done.push(a.stop());
+        }
+        let _ = tokio::time::timeout_at(deadline, futures::future::join_all(done)).await;
+    }
+}
+
+fn unknown_method(
+    actor: &ActorId,
+    method: &str,
+    known: &std::collections::HashSet<String>,
+) -> ActorError {
+    let mut known: Vec<&String> = known.iter().collect();
+    known.sort();
+    ActorError::invalid(format!(
+        "method {method:?} is not registered for type {:?} (registered methods: {}); check the \
+         method name",
+        actor.actor_type,
+        known
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+/// Counts a turn in flight for as long as it lives.
+pub(crate) struct InFlight<'a>(&'a watch::Sender<u64>);
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn new(tx: &'a watch::Sender<u64>) -> Self {
+        tx.send_modify(|n| *n += 1);
+        InFlight(tx)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
     }
 }

@@ -1,0 +1,518 @@
+//! The sidecar's configuration: flags and `SIGX_*` environment variables, parsed and validated
+//! before anything binds. Every bad value is reported by name, and `main` exits with code 64
+//! (EX_USAGE).
+
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The exit code for a configuration error (EX_USAGE).
+pub const EXIT_USAGE: i32 = 64;
+
+/// Which membership provider the host joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MembershipKind {
+    /// No cluster: a single host that serves every call itself.
+    None,
+    /// The embedded default: hosts on one machine share one SQLite database file.
+    Sqlite,
+    /// One coordination.k8s.io/v1 Lease per host.
+    Kubernetes,
+}
+
+/// Where new activations go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PlacementPolicy {
+    /// A uniformly random eligible host.
+    Random,
+    /// This host when it is eligible, otherwise random.
+    PreferLocal,
+}
+
+/// Raw flags and environment, as the user wrote them.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "sigx-sidecar",
+    version,
+    about = "The sigx sidecar: one host of the actor system"
+)]
+pub struct Args {
+    /// The Unix socket the app talks to.
+    #[arg(
+        long,
+        env = "SIGX_SOCKET",
+        default_value = "/var/run/sigx/sidecar.sock"
+    )]
+    pub socket: PathBuf,
+
+    /// The HTTP health and metrics listener (/livez, /readyz, /startupz, /metrics).
+    #[arg(long, env = "SIGX_HEALTH_ADDR", default_value = "0.0.0.0:9090")]
+    pub health_addr: String,
+
+    /// The mesh listener (host-to-host gRPC).
+    #[arg(long, env = "SIGX_MESH_ADDR", default_value = "0.0.0.0:7311")]
+    pub mesh_addr: String,
+
+    /// The mesh address peers dial (host:port). Default: $POD_IP or 127.0.0.1, with the mesh port.
+    #[arg(long, env = "SIGX_ADVERTISE")]
+    pub advertise: Option<String>,
+
+    /// This host's id. Default: $POD_NAME (or "sigx") plus a random incarnation suffix, so a
+    /// restarted sidecar is a new host.
+    #[arg(long, env = "SIGX_HOST_ID")]
+    pub host_id: Option<String>,
+
+    /// The membership provider.
+    #[arg(long, env = "SIGX_MEMBERSHIP", value_enum, default_value = "sqlite")]
+    pub membership: MembershipKind,
+
+    /// The SQLite membership database (provider `sqlite`).
+    #[arg(long, env = "SIGX_SQLITE_PATH", default_value = ".sigx/membership.db")]
+    pub sqlite_path: PathBuf,
+
+    /// The cluster this host joins.
+    #[arg(long, env = "SIGX_CLUSTER", default_value = "default")]
+    pub cluster: String,
+
+    /// The role (ActorRole name) this host belongs to.
+    #[arg(long, env = "SIGX_ROLE", default_value = "default")]
+    pub role: String,
+
+    /// The Kubernetes namespace (provider `kubernetes`).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// The pod name (provider `kubernetes`; also the default host id prefix).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+
+    /// The pod UID: the host's Lease is owned by the Pod, so deletion is garbage-collected.
+    #[arg(long, env = "POD_UID")]
+    pub pod_uid: Option<String>,
+
+    /// The pod IP (the default advertise host).
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: Option<String>,
+
+    /// The machine this host runs on, published as meta.node.
+    #[arg(long, env = "NODE_NAME")]
+    pub node: Option<String>,
+
+    /// The cluster secret for mesh HMAC (prefer --secret-file).
+    #[arg(long, env = "SIGX_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+
+    /// A file holding the cluster secret.
+    #[arg(long, env = "SIGX_SECRET_FILE")]
+    pub secret_file: Option<PathBuf>,
+
+    /// Run the mesh without authentication. A claim you make in writing: only for a mesh no
+    /// untrusted caller can reach.
+    #[arg(long, env = "SIGX_INSECURE")]
+    pub insecure: bool,
+
+    /// Membership heartbeat interval, milliseconds.
+    #[arg(long, env = "SIGX_BEAT_MS", default_value_t = 5_000)]
+    pub beat_ms: u64,
+
+    /// Membership TTL, milliseconds. Must exceed twice the beat.
+    #[arg(long, env = "SIGX_TTL_MS", default_value_t = 15_000)]
+    pub ttl_ms: u64,
+
+    /// Default call deadline, milliseconds.
+    #[arg(long, env = "SIGX_CALL_TIMEOUT_MS", default_value_t = 30_000)]
+    pub call_timeout_ms: u64,
+
+    /// Routing retries on unreachable / wrong-host / unplaceable.
+    #[arg(long, env = "SIGX_RETRIES", default_value_t = 3)]
+    pub retries: u32,
+
+    /// Largest payload accepted or delivered, bytes.
+    #[arg(long, env = "SIGX_MAX_PAYLOAD_BYTES", default_value_t = 4 * 1024 * 1024)]
+    pub max_payload_bytes: u64,
+
+    /// Placement policy for new activations.
+    #[arg(long, env = "SIGX_PLACEMENT", value_enum, default_value = "random")]
+    pub placement: PlacementPolicy,
+
+    /// A turn running longer than this logs a warning naming the actor and method.
+    #[arg(long, env = "SIGX_SLOW_TURN_MS", default_value_t = 5_000)]
+    pub slow_turn_ms: u64,
+
+    /// How long a graceful stop waits for in-flight turns.
+    #[arg(long, env = "SIGX_DRAIN_TIMEOUT_MS", default_value_t = 20_000)]
+    pub drain_timeout_ms: u64,
+
+    /// Exit (code 70) when the host fences, instead of answering `fenced` until restarted.
+    #[arg(long, env = "SIGX_EXIT_ON_FENCE")]
+    pub exit_on_fence: bool,
+}
+
+/// A configuration value that is wrong, named.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name}={value:?} is not a valid {what}: {reason}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        what: &'static str,
+        reason: String,
+    },
+    #[error(
+        "SIGX_TTL_MS={ttl} must exceed twice SIGX_BEAT_MS={beat}: a host must be able to miss a \
+         beat without being expired. Raise the TTL or shorten the beat."
+    )]
+    TtlTooShort { ttl: u64, beat: u64 },
+    #[error(
+        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or pass --insecure to state in \
+         writing that the mesh is unreachable by untrusted callers"
+    )]
+    MissingSecret,
+    #[error(
+        "the mesh secret is empty or whitespace-only: that is never a secret (even with --insecure)"
+    )]
+    EmptySecret,
+    #[error("SIGX_SECRET_FILE={path:?} cannot be read: {source}")]
+    SecretFile {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} is required with --membership kubernetes (set it from the downward API)")]
+    MissingPodIdentity(&'static str),
+    #[error("SIGX_SQLITE_PATH={path:?}: {reason}")]
+    SqlitePath { path: PathBuf, reason: String },
+}
+
+/// The validated configuration the host runs with.
+#[derive(Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    pub health_addr: SocketAddr,
+    pub mesh_addr: SocketAddr,
+    pub advertise: String,
+    pub host_id: String,
+    pub membership: MembershipKind,
+    pub sqlite_path: PathBuf,
+    pub cluster: String,
+    pub role: String,
+    pub namespace: Option<String>,
+    pub pod_name: Option<String>,
+    pub pod_uid: Option<String>,
+    pub node: Option<String>,
+    /// `None` means insecure (stated explicitly).
+    pub secret: Option<Secret>,
+    pub beat: Duration,
+    pub ttl: Duration,
+    pub call_timeout: Duration,
+    pub retries: u32,
+    pub max_payload_bytes: usize,
+    pub placement: PlacementPolicy,
+    pub slow_turn: Duration,
+    pub drain_timeout: Duration,
+    pub exit_on_fence: bool,
+}
+
+/// The cluster secret. Never printed: `Debug` shows its length only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// A secret from bytes; empty or whitespace-only is refused.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self, ConfigError> {
+        let bytes = bytes.into();
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Err(ConfigError::EmptySecret);
+        }
+        Ok(Secret(bytes))
+    }
+
+    /// The secret's bytes, for the HMAC key.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret(<{} bytes>)", self.0.len())
+    }
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("socket", &self.socket)
+            .field("health_addr", &self.health_addr)
+            .field("mesh_addr", &self.mesh_addr)
+            .field("advertise", &self.advertise)
+            .field("host_id", &self.host_id)
+            .field("membership", &self.membership)
+            .field("cluster", &self.cluster)
+            .field("role", &self.role)
+            .field("node", &self.node)
+            .field("secret", &self.secret)
+            .field("beat", &self.beat)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+fn parse_addr(name: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
+    value
+        .parse()
+        .map_err(|e: std::net::AddrParseError| ConfigError::Invalid {
+            name,
+            value: value.to_string(),
+            what: "socket address (ip:port)",
+            reason: e.to_string(),
+        })
+}
+
+fn positive(name: &'static str, value: u64, what: &'static str) -> Result<u64, ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::Invalid {
+            name,
+            value: value.to_string(),
+            what,
+            reason: "must be greater than zero".into(),
+        });
+    }
+    Ok(value)
+}
+
+/// A random incarnation suffix: a restarted sidecar is a new host (DESIGN.md §4 Rule 3).
+fn incarnation_suffix() -> String {
+    use rand::RngExt;
+    let n: u32 = rand::rng().random();
+    format!("{n:08x}")
+}
+
+impl Args {
+    /// Validates everything before anything binds.
+    pub fn validate(self) -> Result<Config, ConfigError> {
+        let health_addr = parse_addr("SIGX_HEALTH_ADDR", &self.health_addr)?;
+        let mesh_addr = parse_addr("SIGX_MESH_ADDR", &self.mesh_addr)?;
+        let beat_ms = positive("SIGX_BEAT_MS", self.beat_ms, "number of milliseconds")?;
+        let ttl_ms = positive("SIGX_TTL_MS", self.ttl_ms, "number of milliseconds")?;
+        if ttl_ms <= 2 * beat_ms {
+            return Err(ConfigError::TtlTooShort {
+                ttl: ttl_ms,
+                beat: beat_ms,
+            });
+        }
+        let call_timeout_ms = positive(
+            "SIGX_CALL_TIMEOUT_MS",
+            self.call_timeout_ms,
+            "number of milliseconds",
+        )?;
+        let max_payload = positive(
+            "SIGX_MAX_PAYLOAD_BYTES",
+            self.max_payload_bytes,
+            "number of bytes",
+        )?;
+        if max_payload > 64 * 1024 * 1024 {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_MAX_PAYLOAD_BYTES",
+                value: max_payload.to_string(),
+                what: "payload limit",
+                reason: "at most 64 MiB".into(),
+            });
+        }
+        if self.socket.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_SOCKET",
+                value: String::new(),
+                what: "socket path",
+                reason: "must not be empty".into(),
+            });
+        }
+
+        // Secret rules (DESIGN.md §7): an empty secret is refused always; none needs --insecure.
+        let secret = match (&self.secret, &self.secret_file) {
+            (Some(s), _) => Some(Secret::new(s.as_bytes().to_vec())?),
+            (None, Some(path)) => {
+                let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
+                    path: path.clone(),
+                    source,
+                })?;
+                let trimmed: Vec<u8> = String::from_utf8_lossy(&bytes).trim().as_bytes().to_vec();
+                Some(Secret::new(trimmed)?)
+            }
+            (None, None) => None,
+        };
+        if self.membership != MembershipKind::None && secret.is_none() && !self.insecure {
+            return Err(ConfigError::MissingSecret);
+        }
+
+        if self.membership == MembershipKind::Kubernetes {
+            if self.pod_name.as_deref().unwrap_or("").is_empty() {
+                return Err(ConfigError::MissingPodIdentity("POD_NAME"));
+            }
+            if self.namespace.as_deref().unwrap_or("").is_empty() {
+                return Err(ConfigError::MissingPodIdentity("POD_NAMESPACE"));
+            }
+        }
+        if self.membership == MembershipKind::Sqlite {
+            if let Some(parent) = self.sqlite_path.parent()
+                && !parent.as_os_str().is_empty()
+                && !parent.is_dir()
+            {
+                return Err(ConfigError::SqlitePath {
+                    path: self.sqlite_path.clone(),
+                    reason: format!("directory {parent:?} does not exist"),
+                });
+            }
+            if self.sqlite_path.is_dir() {
+                return Err(ConfigError::SqlitePath {
+                    path: self.sqlite_path.clone(),
+                    reason: "is a directory, not a database file".into(),
+                });
+            }
+        }
+
+        let host_id = match self.host_id {
+            Some(id) if !id.trim().is_empty() => id,
+            _ => format!(
+                "{}-{}",
+                self.pod_name.clone().unwrap_or_else(|| "sigx".to_string()),
+                incarnation_suffix()
+            ),
+        };
+        let advertise = self.advertise.unwrap_or_else(|| {
+            let ip = self
+                .pod_ip
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1".to_string());
+            format!("{ip}:{}", mesh_addr.port())
+        });
+
+        Ok(Config {
+            socket: self.socket,
+            health_addr,
+            mesh_addr,
+            advertise,
+            host_id,
+            membership: self.membership,
+            sqlite_path: self.sqlite_path,
+            cluster: self.cluster,
+            role: self.role,
+            namespace: self.namespace,
+            pod_name: self.pod_name,
+            pod_uid: self.pod_uid,
+            node: self.node.filter(|n| !n.trim().is_empty()),
+            secret,
+            beat: Duration::from_millis(beat_ms),
+            ttl: Duration::from_millis(ttl_ms),
+            call_timeout: Duration::from_millis(call_timeout_ms),
+            retries: self.retries,
+            max_payload_bytes: max_payload as usize,
+            placement: self.placement,
+            slow_turn: Duration::from_millis(self.slow_turn_ms),
+            drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            exit_on_fence: self.exit_on_fence,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> Args {
+        let mut v = vec!["sigx-sidecar", "--membership", "none"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).expect("parse")
+    }
+
+    #[test]
+    fn ttl_must_exceed_twice_the_beat() {
+        let err = args(&["--beat-ms", "5000", "--ttl-ms", "10000"])
+            .validate()
+            .unwrap_err();
+        assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err}");
+        assert!(err.to_string().contains("SIGX_TTL_MS=10000"));
+        assert!(
+            args(&["--beat-ms", "5000", "--ttl-ms", "10001"])
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let err = args(&["--health-addr", "nope"]).validate().unwrap_err();
+        assert!(
+            err.to_string().contains("SIGX_HEALTH_ADDR=\"nope\""),
+            "{err}"
+        );
+        let err = args(&["--beat-ms", "0"]).validate().unwrap_err();
+        assert!(err.to_string().contains("SIGX_BEAT_MS"), "{err}");
+    }
+
+    #[test]
+    fn secret_rules() {
+        let base = [
+            "sigx-sidecar",
+            "--membership",
+            "sqlite",
+            "--sqlite-path",
+            "x.db",
+        ];
+        let parse = |extra: &[&str]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v).unwrap().validate()
+        };
+        assert!(matches!(
+            parse(&[]).unwrap_err(),
+            ConfigError::MissingSecret
+        ));
+        assert!(parse(&["--insecure"]).is_ok());
+        assert!(matches!(
+            parse(&["--secret", "  "]).unwrap_err(),
+            ConfigError::EmptySecret
+        ));
+        assert!(matches!(
+            parse(&["--secret", "", "--insecure"]).unwrap_err(),
+            ConfigError::EmptySecret
+        ));
+        let cfg = parse(&["--secret", "hunter2"]).unwrap();
+        assert!(!format!("{cfg:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn kubernetes_needs_pod_identity() {
+        let err =
+            Args::try_parse_from(["sigx-sidecar", "--membership", "kubernetes", "--insecure"])
+                .unwrap()
+                .validate()
+                .unwrap_err();
+        assert!(
+            matches!(err, ConfigError::MissingPodIdentity("POD_NAME")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn unreadable_sqlite_directory_is_named() {
+        let err = Args::try_parse_from([
+            "sigx-sidecar",
+            "--insecure",
+            "--sqlite-path",
+            "/nonexistent-dir/m.db",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        assert!(err.to_string().contains("/nonexistent-dir"), "{err}");
+    }
+
+    #[test]
+    fn host_ids_get_an_incarnation_suffix() {
+        let a = args(&[]).validate().unwrap().host_id;
+        let b = args(&[]).validate().unwrap().host_id;
+        assert_ne!(a, b);
+        assert!(a.starts_with("sigx-"));
+    }
+}

@@ -1,0 +1,234 @@
+//! The HTTP health and metrics endpoint: `/livez`, `/readyz`, `/startupz`, `/metrics`.
+//!
+//! * `/startupz` passes once every listener is bound (so a native-sidecar startupProbe holds the
+//!   app back until the socket exists).
+//! * `/readyz` passes while the host can serve: an app is registered, the host is active, and it
+//!   is neither leaving nor fenced.
+//! * `/livez` fails once the host has fenced (503): an orchestrator restart is the way back.
+
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// The host's lifecycle, as probes see it.
+pub struct HostState {
+    started: watch::Sender<bool>,
+    ready: watch::Sender<bool>,
+    leaving: watch::Sender<bool>,
+    fence: watch::Sender<Option<String>>,
+    metrics: Mutex<Option<Arc<dyn Fn() -> String + Send + Sync>>>,
+}
+
+impl std::fmt::Debug for HostState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostState")
+            .field("state", &self.state_name())
+            .field("fence", &self.fence_reason())
+            .finish()
+    }
+}
+
+impl Default for HostState {
+    fn default() -> Self {
+        HostState {
+            started: watch::channel(false).0,
+            ready: watch::channel(false).0,
+            leaving: watch::channel(false).0,
+            fence: watch::channel(None).0,
+            metrics: Mutex::new(None),
+        }
+    }
+}
+
+impl HostState {
+    /// Every listener is bound.
+    pub fn set_started(&self) {
+        self.started.send_replace(true);
+    }
+    /// Whether every listener is bound.
+    pub fn started(&self) -> bool {
+        *self.started.borrow()
+    }
+    /// Sets readiness (ignored once leaving or fenced).
+    pub fn set_ready(&self, ready: bool) {
+        let ready = ready && !self.leaving() && self.fence_reason().is_none();
+        self.ready.send_replace(ready);
+    }
+    /// Whether the host is ready.
+    pub fn ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+    /// Watches readiness.
+    pub fn watch_ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+    /// The host began its graceful stop: readiness fails from now on.
+    pub fn set_leaving(&self) {
+        self.leaving.send_replace(true);
+        self.ready.send_replace(false);
+    }
+    /// Whether the host is stopping.
+    pub fn leaving(&self) -> bool {
+        *self.leaving.borrow()
+    }
+    /// The host fenced (terminal): liveness and readiness fail from now on.
+    pub fn set_fenced(&self, reason: String) {
+        self.fence.send_if_modified(|f| {
+            if f.is_none() {
+                *f = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        self.ready.send_replace(false);
+    }
+    /// Why the host fenced, if it did.
+    pub fn fence_reason(&self) -> Option<String> {
+        self.fence.borrow().clone()
+    }
+    /// Watches the fence.
+    pub fn watch_fence(&self) -> watch::Receiver<Option<String>> {
+        self.fence.subscribe()
+    }
+    /// Installs the function that renders `/metrics`.
+    pub fn set_metrics(&self, render: Arc<dyn Fn() -> String + Send + Sync>) {
+        *self.metrics.lock().expect("metrics lock") = Some(render);
+    }
+    /// The state's name for `Status`.
+    pub fn state_name(&self) -> &'static str {
+        if self.fence_reason().is_some() {
+            "fenced"
+        } else if self.leaving() {
+            "leaving"
+        } else if self.ready() {
+            "ready"
+        } else if self.started() {
+            "waiting-for-app"
+        } else {
+            "starting"
+        }
+    }
+}
+
+fn respond(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = code;
+    r
+}
+
+fn route(state: &HostState, path: &str) -> Response<Full<Bytes>> {
+    match path {
+        "/livez" => match state.fence_reason() {
+            Some(reason) => respond(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("fenced: {reason}\n"),
+            ),
+            None => respond(StatusCode::OK, "ok\n".into()),
+        },
+        "/readyz" => {
+            if state.ready() {
+                respond(StatusCode::OK, "ready\n".into())
+            } else {
+                respond(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {}\n", state.state_name()),
+                )
+            }
+        }
+        "/startupz" => {
+            if state.started() {
+                respond(StatusCode::OK, "started\n".into())
+            } else {
+                respond(StatusCode::SERVICE_UNAVAILABLE, "starting\n".into())
+            }
+        }
+        "/metrics" => {
+            let render = state.metrics.lock().expect("metrics lock").clone();
+            let body = render.map(|f| f()).unwrap_or_default();
+            let mut r = respond(StatusCode::OK, body);
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
+        _ => respond(
+            StatusCode::NOT_FOUND,
+            "not found: try /livez /readyz /startupz /metrics\n".into(),
+        ),
+    }
+}
+
+/// Serves the health endpoint on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<HostState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let mut shutdown = Box::pin(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "health accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => return,
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(route(&state, req.uri().path())) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_follow_the_lifecycle() {
+        let s = HostState::default();
+        assert_eq!(
+            route(&s, "/startupz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.set_started();
+        assert_eq!(route(&s, "/startupz").status(), StatusCode::OK);
+        assert_eq!(
+            route(&s, "/readyz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.set_ready(true);
+        assert_eq!(route(&s, "/readyz").status(), StatusCode::OK);
+        assert_eq!(route(&s, "/livez").status(), StatusCode::OK);
+        s.set_fenced("lease lost".into());
+        assert_eq!(
+            route(&s, "/livez").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            route(&s, "/readyz").status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        s.set_ready(true);
+        assert!(!s.ready(), "a fenced host never becomes ready again");
+        assert_eq!(s.state_name(), "fenced");
+    }
+}

@@ -1,0 +1,176 @@
+//! One registered app: the sending half of its `Serve` stream and the turns awaiting answers.
+
+use super::ActorId;
+use super::registry::Registry;
+use bytes::Bytes;
+use sigx_proto::{ActorError, ErrorKind, v1};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// What the app answered for one turn.
+pub type TurnOutcome = Result<Bytes, ActorError>;
+
+/// The kind of a turn.
+#[derive(Debug, Clone)]
+pub enum TurnKind {
+    Activate,
+    Invoke { method: String, payload: Bytes },
+    Deactivate(v1::DeactivateReason),
+}
+
+/// A registered app, from `Register` until its stream closes.
+pub struct AppSession {
+    /// Distinguishes this session from earlier and later ones.
+    pub id: u64,
+    /// What the app registered.
+    pub registry: Arc<Registry>,
+    tx: mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
+    next_turn: AtomicU64,
+    closed: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for AppSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppSession")
+            .field("id", &self.id)
+            .field("app", &self.registry.app_name)
+            .finish()
+    }
+}
+
+impl AppSession {
+    /// A session sending on `tx`.
+    pub fn new(
+        id: u64,
+        registry: Registry,
+        tx: mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
+    ) -> Arc<Self> {
+        Arc::new(AppSession {
+            id,
+            registry: Arc::new(registry),
+            tx,
+            pending: Mutex::new(Some(HashMap::new())),
+            next_turn: AtomicU64::new(1),
+            closed: watch::channel(false).0,
+        })
+    }
+
+    /// Whether the app's stream has closed.
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// Resolves once the app's stream has closed.
+    pub async fn closed(&self) {
+        let mut rx = self.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    /// Marks the session closed: every turn awaiting an answer resolves with `outcome-unknown`
+    /// (the app may have run it before it went away).
+    pub fn close(&self) {
+        let pending = self.pending.lock().expect("pending lock").take();
+        let _ = self.closed.send(true);
+        drop(pending);
+    }
+
+    /// Delivers the app's answer to a turn. Answers to turns nobody awaits (already timed out,
+    /// or unknown ids) are dropped.
+    pub fn complete(&self, result: v1::TurnResult) {
+        let waiter = self
+            .pending
+            .lock()
+            .expect("pending lock")
+            .as_mut()
+            .and_then(|p| p.remove(&result.turn_id));
+        let Some(waiter) = waiter else {
+            tracing::debug!(
+                turn_id = result.turn_id,
+                "answer for a turn nobody awaits: dropped"
+            );
+            return;
+        };
+        let outcome = match result.outcome {
+            Some(v1::turn_result::Outcome::Ok(bytes)) => Ok(bytes),
+            Some(v1::turn_result::Outcome::Error(e)) => {
+                let kind = match ErrorKind::from_proto(e.kind) {
+                    ErrorKind::Invalid => ErrorKind::Invalid,
+                    _ => ErrorKind::App,
+                };
+                Err(ActorError::new(kind, e.message))
+            }
+            None => Err(ActorError::invalid(
+                "the app answered a turn with neither a result nor an error",
+            )),
+        };
+        let _ = waiter.send(outcome);
+    }
+
+    /// Sends a turn to the app and returns the future of its answer. The answer future has no
+    /// timeout of its own: callers race it against their deadline, and the runtime keeps waiting
+    /// for a late answer so that turns of one activation never overlap in the app.
+    pub fn start_turn(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        kind: TurnKind,
+        deadline: Instant,
+        now: Instant,
+    ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
+        let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let registered = {
+            let mut pending = self.pending.lock().expect("pending lock");
+            match pending.as_mut() {
+                Some(p) => {
+                    p.insert(turn_id, tx);
+                    true
+                }
+                None => false,
+            }
+        };
+        let kind_proto = match kind {
+            TurnKind::Activate => v1::turn::Kind::Activate(v1::Activate {}),
+            TurnKind::Invoke { method, payload } => {
+                v1::turn::Kind::Invoke(v1::Invoke { method, payload })
+            }
+            TurnKind::Deactivate(reason) => v1::turn::Kind::Deactivate(v1::Deactivate {
+                reason: reason as i32,
+            }),
+        };
+        let msg = v1::SidecarMessage {
+            msg: Some(v1::sidecar_message::Msg::Turn(v1::Turn {
+                turn_id,
+                actor: Some(actor.to_proto()),
+                activation_id: activation_id.to_string(),
+                timeout_ms: deadline.saturating_duration_since(now).as_millis() as u64,
+                kind: Some(kind_proto),
+            })),
+        };
+        let sent = registered && self.tx.send(Ok(msg)).is_ok();
+        let app = self.registry.app_name.clone();
+        async move {
+            if !sent {
+                return Err(ActorError::unreachable(format!(
+                    "the app {app:?} disconnected before the turn was sent: it never ran"
+                )));
+            }
+            match rx.await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(ActorError::outcome_unknown(format!(
+                    "the app {app:?} disconnected with this turn in flight: outcome unknown, \
+                     not retried"
+                ))),
+            }
+        }
+    }
+
+    /// Stops the `Serve` stream with an error status (e.g. when the host fences).
+    pub fn abort(&self, status: tonic::Status) {
+        let _ = self.tx.send(Err(status));
+    }
+}
