@@ -1,0 +1,392 @@
+//! Calling actors and workers, and reading membership, through the local sidecar.
+
+use crate::connect::{self, ConnectError};
+use crate::members::{MemberFilter, Members};
+use crate::payload;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sigx_proto::ActorError;
+use sigx_proto::v1::{self, actor_host_client::ActorHostClient};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// The largest message the SDK encodes or decodes. The sidecar enforces its own, smaller payload
+/// limit (default 4 MiB) and answers `invalid` naming it; this only keeps tonic's default (4 MiB
+/// for the whole message) from rejecting a payload the sidecar would accept.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// How much longer than the call's own deadline the gRPC deadline is. The sidecar answers
+/// `timeout` itself when the call's deadline passes; the transport deadline is only a backstop
+/// for a sidecar that stopped answering, so it must not win the race.
+const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
+
+/// A handle on the local sidecar's app API: call actors and workers, list members, read status.
+///
+/// Cheap to clone (one shared HTTP/2 connection). The connection is made on first use and again
+/// after every failure, so a `Client` outlives sidecar restarts.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), sigx_sdk::ActorError> {
+/// let client = sigx_sdk::Client::from_env();
+/// let reply = client.call("Counter", "user-42", "increment", "5").await?;
+/// let value: i64 = serde_json::from_slice(&reply).unwrap();
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Client {
+    inner: ActorHostClient<Channel>,
+    socket: Arc<PathBuf>,
+    timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("socket", &self.socket)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl Client {
+    fn from_channel(channel: Channel, socket: &Path) -> Self {
+        Client {
+            inner: ActorHostClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            socket: Arc::new(socket.to_path_buf()),
+            timeout: None,
+        }
+    }
+
+    /// A client for the sidecar at `socket`. Nothing is dialed until the first call, so this
+    /// never fails; a call made while nothing listens fails with that call's error.
+    pub fn lazy(socket: impl AsRef<Path>) -> Self {
+        let socket = socket.as_ref();
+        Self::from_channel(connect::lazy_channel(socket), socket)
+    }
+
+    /// A client for the socket named by `SIGX_SOCKET` (default `/var/run/sigx/sidecar.sock`),
+    /// connected lazily.
+    pub fn from_env() -> Self {
+        Self::lazy(connect::socket_from_env())
+    }
+
+    /// A client for the sidecar at `socket`, connected now: fails when nothing listens there.
+    pub async fn connect(socket: impl AsRef<Path>) -> Result<Self, ConnectError> {
+        let socket = socket.as_ref();
+        Ok(Self::from_channel(
+            connect::eager_channel(socket).await?,
+            socket,
+        ))
+    }
+
+    /// The socket this client dials.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// A copy of this client whose calls carry `timeout` as their deadline (instead of the
+    /// sidecar's default, 30 s). The deadline covers the whole call, routing included.
+    pub fn with_timeout(&self, timeout: Duration) -> Self {
+        Client {
+            timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// The deadline this client's calls carry, if one was set with [`Client::with_timeout`].
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(t) = self.timeout {
+            request.set_timeout(t + TRANSPORT_DEADLINE_SLACK);
+        }
+        request
+    }
+
+    fn timeout_ms(&self) -> u64 {
+        self.timeout
+            .map(|t| t.as_millis().clamp(1, u64::MAX as u128) as u64)
+            .unwrap_or(0)
+    }
+
+    /// Calls `method` on the actor (or worker) `actor_type`/`key` with an opaque payload and
+    /// returns the reply payload. Errors carry the runtime's stable [`ErrorKind`](crate::ErrorKind):
+    /// `app` for the actor's own failure, `invalid` for bad input, `timeout`, and so on.
+    pub async fn call(
+        &self,
+        actor_type: impl Into<String>,
+        key: impl Into<String>,
+        method: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<Bytes, ActorError> {
+        let request = self.request(v1::CallRequest {
+            actor: Some(v1::ActorRef {
+                actor_type: actor_type.into(),
+                key: key.into(),
+            }),
+            method: method.into(),
+            payload: payload.into(),
+            timeout_ms: self.timeout_ms(),
+        });
+        let mut inner = self.inner.clone();
+        match inner.call(request).await {
+            Ok(response) => Ok(response.into_inner().payload),
+            Err(status) => Err(ActorError::from_status(&status)),
+        }
+    }
+
+    /// [`Client::call`] with a JSON request and a JSON reply.
+    pub async fn call_json<Req, Resp>(
+        &self,
+        actor_type: &str,
+        key: &str,
+        method: &str,
+        request: &Req,
+    ) -> Result<Resp, ActorError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        let body = payload::json(request)?;
+        let reply = self.call(actor_type, key, method, body).await?;
+        payload::from_json(&reply).map_err(|e| {
+            ActorError::invalid(format!(
+                "the reply of {actor_type}/{key}.{method} is not the JSON the caller expects: {e}"
+            ))
+        })
+    }
+
+    /// A handle on one actor, for repeated calls.
+    pub fn actor(&self, actor_type: impl Into<String>, key: impl Into<String>) -> ActorHandle {
+        ActorHandle {
+            client: self.clone(),
+            actor_type: actor_type.into(),
+            key: key.into(),
+        }
+    }
+
+    /// The sidecar's current membership view, filtered (active hosts by default).
+    pub async fn members(&self, filter: &MemberFilter) -> Result<Members, ActorError> {
+        let mut inner = self.inner.clone();
+        inner
+            .members(self.request(filter.to_proto()))
+            .await
+            .map(|r| Members::from_proto(r.into_inner()))
+            .map_err(|s| ActorError::from_status(&s))
+    }
+
+    /// The membership view now, then again on every change the sidecar observes. The stream
+    /// ends (or yields an error) when the connection to the sidecar is lost; see
+    /// [`Client::on_change`] for a subscription that re-subscribes by itself.
+    pub async fn watch_members(
+        &self,
+        filter: &MemberFilter,
+    ) -> Result<impl Stream<Item = Result<Members, ActorError>> + Send + 'static, ActorError> {
+        let mut inner = self.inner.clone();
+        let stream = inner
+            .watch_members(tonic::Request::new(filter.to_proto()))
+            .await
+            .map_err(|s| ActorError::from_status(&s))?
+            .into_inner();
+        Ok(stream.map(|item| {
+            item.map(Members::from_proto)
+                .map_err(|s| ActorError::from_status(&s))
+        }))
+    }
+
+    /// Runs `callback` with every view the sidecar reports (the current one first), until the
+    /// returned [`Subscription`] is dropped. When the connection drops, it subscribes again with
+    /// capped backoff. A panicking callback is logged and does not end the subscription.
+    pub fn on_change<F>(&self, filter: MemberFilter, callback: F) -> Subscription
+    where
+        F: Fn(&Members) + Send + Sync + 'static,
+    {
+        let client = self.clone();
+        let task = tokio::spawn(async move {
+            let mut backoff = crate::serve::Backoff::default();
+            loop {
+                match client.watch_members(&filter).await {
+                    Ok(stream) => {
+                        let mut stream = std::pin::pin!(stream);
+                        while let Some(item) = stream.next().await {
+                            match item {
+                                Ok(members) => {
+                                    backoff.reset();
+                                    let result = std::panic::catch_unwind(
+                                        std::panic::AssertUnwindSafe(|| callback(&members)),
+                                    );
+                                    if result.is_err() {
+                                        tracing::error!(
+                                            version = members.version,
+                                            "an on_change callback panicked; the subscription goes on"
+                                        );
+                                    }
+                                }
+                                Err(e) => {
+                                    tracing::debug!(error = %e, "membership watch ended");
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "membership watch could not start"),
+                }
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        });
+        Subscription { task }
+    }
+
+    /// A handle that calls worker `worker_type` on the chosen host only: one attempt, no
+    /// re-placement (`unreachable` and `wrong-host` are answers, not retried). Workers only; the
+    /// sidecar refuses a stateful type.
+    pub fn worker_on(
+        &self,
+        host_id: impl Into<String>,
+        worker_type: impl Into<String>,
+    ) -> WorkerOn {
+        WorkerOn {
+            client: self.clone(),
+            host_id: host_id.into(),
+            worker_type: worker_type.into(),
+            key: String::new(),
+        }
+    }
+
+    /// One attempt at `method` of worker `worker_type` on host `host_id`.
+    pub async fn dispatch_on(
+        &self,
+        host_id: impl Into<String>,
+        worker_type: impl Into<String>,
+        key: impl Into<String>,
+        method: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<Bytes, ActorError> {
+        let request = self.request(v1::DispatchOnRequest {
+            host_id: host_id.into(),
+            worker: Some(v1::ActorRef {
+                actor_type: worker_type.into(),
+                key: key.into(),
+            }),
+            method: method.into(),
+            payload: payload.into(),
+            timeout_ms: self.timeout_ms(),
+        });
+        let mut inner = self.inner.clone();
+        match inner.dispatch_on(request).await {
+            Ok(response) => Ok(response.into_inner().payload),
+            Err(status) => Err(ActorError::from_status(&status)),
+        }
+    }
+
+    /// The sidecar's view of itself: host, state, activations, counters, membership view.
+    pub async fn status(&self) -> Result<v1::StatusResponse, ActorError> {
+        let mut inner = self.inner.clone();
+        inner
+            .status(self.request(v1::StatusRequest {}))
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| ActorError::from_status(&s))
+    }
+
+    /// The raw generated client, for RPCs this SDK does not wrap.
+    pub fn raw(&self) -> ActorHostClient<Channel> {
+        self.inner.clone()
+    }
+}
+
+/// One actor, bound to a client: `counter.call("increment", "1")`.
+#[derive(Debug, Clone)]
+pub struct ActorHandle {
+    client: Client,
+    actor_type: String,
+    key: String,
+}
+
+impl ActorHandle {
+    /// Calls `method` with an opaque payload.
+    pub async fn call(
+        &self,
+        method: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<Bytes, ActorError> {
+        self.client
+            .call(self.actor_type.as_str(), self.key.as_str(), method, payload)
+            .await
+    }
+
+    /// Calls `method` with a JSON request and a JSON reply.
+    pub async fn call_json<Req, Resp>(
+        &self,
+        method: &str,
+        request: &Req,
+    ) -> Result<Resp, ActorError>
+    where
+        Req: Serialize + ?Sized,
+        Resp: DeserializeOwned,
+    {
+        self.client
+            .call_json(&self.actor_type, &self.key, method, request)
+            .await
+    }
+}
+
+/// A worker type on one chosen host (see [`Client::worker_on`]).
+#[derive(Debug, Clone)]
+pub struct WorkerOn {
+    client: Client,
+    host_id: String,
+    worker_type: String,
+    key: String,
+}
+
+impl WorkerOn {
+    /// Passes `key` to the worker's turns (workers have no identity; the key is the app's own).
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = key.into();
+        self
+    }
+
+    /// The target host.
+    pub fn host_id(&self) -> &str {
+        &self.host_id
+    }
+
+    /// One attempt at `method` on the chosen host.
+    pub async fn call(
+        &self,
+        method: impl Into<String>,
+        payload: impl Into<Bytes>,
+    ) -> Result<Bytes, ActorError> {
+        self.client
+            .dispatch_on(
+                self.host_id.as_str(),
+                self.worker_type.as_str(),
+                self.key.as_str(),
+                method,
+                payload,
+            )
+            .await
+    }
+}
+
+/// A running [`Client::on_change`] subscription; dropping it unsubscribes.
+#[derive(Debug)]
+pub struct Subscription {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

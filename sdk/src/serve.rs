@@ -1,0 +1,384 @@
+//! Keeping the app registered with its sidecar: the `Serve` stream, turn delivery, reconnects.
+
+use crate::app::{App, Dispatcher};
+use crate::client::{Client, MAX_MESSAGE_BYTES};
+use crate::connect;
+use sigx_proto::ActorError;
+use sigx_proto::v1::{self, actor_host_client::ActorHostClient};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_stream::wrappers::ReceiverStream;
+use tracing::Instrument;
+
+/// How long a stopping app waits for its in-flight turns before it closes the stream.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why serving stopped for good. Everything transient (no sidecar yet, the sidecar restarted,
+/// the stream broke) is retried with backoff instead.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ServeError {
+    /// The app's declaration is malformed, or the sidecar refused it as invalid. Retrying the
+    /// same registration would be refused again, so the app must be fixed.
+    #[error("the app's registration is invalid: {0}")]
+    Invalid(String),
+    /// The serving task panicked or was cancelled.
+    #[error("the serving task ended abnormally: {0}")]
+    Aborted(String),
+}
+
+/// Where the serving loop is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServeState {
+    /// Dialing the sidecar or registering; `attempt` counts failures since the last success.
+    Connecting {
+        /// Failed attempts since the last successful registration.
+        attempt: u32,
+    },
+    /// Registered and receiving turns.
+    Registered {
+        /// The sidecar's host id.
+        host_id: String,
+        /// How many times the app has registered so far (1 for the first session, 2 after the
+        /// first reconnect, ...).
+        session: u64,
+    },
+    /// Stopped (shut down, or a fatal [`ServeError`]).
+    Stopped,
+}
+
+/// Capped exponential backoff: 100 ms, doubling, at most 5 s; reset after a success.
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new(Duration::from_millis(100), Duration::from_secs(5))
+    }
+}
+
+impl Backoff {
+    /// Starts at `initial`, doubles per failure, never exceeds `max`.
+    pub fn new(initial: Duration, max: Duration) -> Self {
+        Backoff {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    /// The delay before the next attempt; doubles the one after.
+    pub fn next_delay(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        delay
+    }
+
+    /// Back to the initial delay (after a success).
+    pub fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+/// A serving app running in a background task (see [`App::spawn`]).
+#[derive(Debug)]
+pub struct ServeHandle {
+    state: watch::Receiver<ServeState>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), ServeError>>,
+}
+
+impl ServeHandle {
+    /// The current state.
+    pub fn state(&self) -> ServeState {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that sees every state change.
+    pub fn watch(&self) -> watch::Receiver<ServeState> {
+        self.state.clone()
+    }
+
+    /// Waits until the app is registered in session `session` or later (1 = the first), and
+    /// returns the host id. Errors when serving stopped first.
+    pub async fn registered(&self, session: u64) -> Result<String, ServeError> {
+        let mut rx = self.state.clone();
+        let state = rx
+            .wait_for(|s| match s {
+                ServeState::Registered { session: n, .. } => *n >= session,
+                ServeState::Stopped => true,
+                ServeState::Connecting { .. } => false,
+            })
+            .await
+            .map_err(|_| ServeError::Aborted("the serving task is gone".into()))?
+            .clone();
+        match state {
+            ServeState::Registered { host_id, .. } => Ok(host_id),
+            _ => Err(ServeError::Aborted(
+                "serving stopped before the app registered".into(),
+            )),
+        }
+    }
+
+    /// Asks the app to stop: in-flight turns finish (up to 10 s), then the stream closes, so
+    /// the sidecar drops this app's activations. Returns how serving ended.
+    pub async fn shutdown(self) -> Result<(), ServeError> {
+        let _ = self.shutdown.send(true);
+        self.join().await
+    }
+
+    /// Waits for serving to end on its own (a fatal error).
+    pub async fn join(self) -> Result<(), ServeError> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(ServeError::Aborted(e.to_string())),
+        }
+    }
+}
+
+impl App {
+    /// Serves the app through the sidecar `client` talks to, until a fatal error. Reconnects
+    /// with capped backoff whenever the sidecar is not there or goes away.
+    pub async fn serve(self, client: &Client) -> Result<(), ServeError> {
+        self.serve_until(client, std::future::pending()).await
+    }
+
+    /// Like [`App::serve`], stopping gracefully when `shutdown` completes.
+    pub async fn serve_until(
+        self,
+        client: &Client,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServeError> {
+        let (state_tx, _) = watch::channel(ServeState::Connecting { attempt: 0 });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let run = run(self, client.clone(), stop_rx, state_tx);
+        let mut run = std::pin::pin!(run);
+        tokio::select! {
+            r = &mut run => r,
+            () = shutdown => {
+                let _ = stop_tx.send(true);
+                run.await
+            }
+        }
+    }
+
+    /// Serves the app in a background task and returns a handle to watch and stop it.
+    pub fn spawn(self, client: &Client) -> ServeHandle {
+        let (state_tx, state_rx) = watch::channel(ServeState::Connecting { attempt: 0 });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(self, client.clone(), stop_rx, state_tx));
+        ServeHandle {
+            state: state_rx,
+            shutdown: stop_tx,
+            task,
+        }
+    }
+}
+
+/// How one session with the sidecar ended.
+enum SessionEnd {
+    /// Asked to stop.
+    Shutdown,
+    /// Lost or never got the stream; try again. `registered` = the session did register.
+    Retry { registered: bool, why: String },
+}
+
+async fn run(
+    app: App,
+    client: Client,
+    mut stop: watch::Receiver<bool>,
+    state: watch::Sender<ServeState>,
+) -> Result<(), ServeError> {
+    if let Err(e) = app.validate() {
+        state.send_replace(ServeState::Stopped);
+        return Err(e);
+    }
+    let registration = app.registration();
+    let dispatcher = Arc::new(app.into_dispatcher(client.clone()));
+    let mut backoff = Backoff::default();
+    let mut session = 0u64;
+    let mut attempt = 0u32;
+    let result = loop {
+        let span = tracing::info_span!(
+            "serve",
+            app = %dispatcher.app_name(),
+            socket = %client.socket().display()
+        );
+        let end = run_session(
+            &client,
+            &dispatcher,
+            registration.clone(),
+            &mut stop,
+            &state,
+            session + 1,
+        )
+        .instrument(span)
+        .await;
+        match end {
+            Ok(SessionEnd::Shutdown) => break Ok(()),
+            Err(fatal) => break Err(fatal),
+            Ok(SessionEnd::Retry { registered, why }) => {
+                if registered {
+                    session += 1;
+                    attempt = 0;
+                    backoff.reset();
+                }
+                let dropped = dispatcher.drop_all();
+                attempt += 1;
+                let delay = backoff.next_delay();
+                if registered || attempt == 1 {
+                    tracing::warn!(%why, dropped, ?delay, "lost the sidecar; reconnecting");
+                } else {
+                    tracing::debug!(%why, attempt, ?delay, "sidecar not reachable yet");
+                }
+                state.send_replace(ServeState::Connecting { attempt });
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = stopped(&mut stop) => break Ok(()),
+                }
+            }
+        }
+    };
+    dispatcher.drop_all();
+    state.send_replace(ServeState::Stopped);
+    result
+}
+
+/// Completes once a stop was asked for (or the handle that could ask is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`; drop it before anything else awaits.
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Whether a status from `Serve` means the registration itself is wrong (fatal) or the moment is
+/// (retry). Another app holding the sidecar is the moment: it may be our own previous
+/// incarnation whose connection the sidecar has not yet seen close.
+fn classify(status: &tonic::Status) -> Result<String, ServeError> {
+    let err = ActorError::from_status(status);
+    if status.code() == tonic::Code::InvalidArgument {
+        return Err(ServeError::Invalid(err.message));
+    }
+    Ok(format!("{err}"))
+}
+
+async fn run_session(
+    client: &Client,
+    dispatcher: &Arc<Dispatcher>,
+    registration: v1::Register,
+    stop: &mut watch::Receiver<bool>,
+    state: &watch::Sender<ServeState>,
+    session: u64,
+) -> Result<SessionEnd, ServeError> {
+    let retry = |why: String| {
+        Ok(SessionEnd::Retry {
+            registered: false,
+            why,
+        })
+    };
+    // A connection of its own, so turns never queue behind the app's outgoing calls.
+    let channel = match connect::eager_channel(client.socket()).await {
+        Ok(c) => c,
+        Err(e) => return retry(e.to_string()),
+    };
+    let mut grpc = ActorHostClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (tx, rx) = mpsc::channel::<v1::AppMessage>(1024);
+    tx.send(v1::AppMessage {
+        msg: Some(v1::app_message::Msg::Register(registration)),
+    })
+    .await
+    .expect("the receiver is alive: it is ours");
+    let mut inbound = match grpc.serve(ReceiverStream::new(rx)).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return retry(classify(&status)?),
+    };
+    let host_id = match inbound.message().await {
+        Ok(Some(v1::SidecarMessage {
+            msg: Some(v1::sidecar_message::Msg::Registered(r)),
+        })) => {
+            tracing::info!(host = %r.host_id, max_payload = r.max_payload_bytes, "registered");
+            r.host_id
+        }
+        Ok(Some(other)) => {
+            return retry(format!(
+                "the sidecar's first message was not `registered`: {other:?}"
+            ));
+        }
+        Ok(None) => return retry("the sidecar closed the stream before registering".into()),
+        Err(status) => return retry(classify(&status)?),
+    };
+    dispatcher.set_host_id(&host_id);
+    state.send_replace(ServeState::Registered {
+        host_id: host_id.clone(),
+        session,
+    });
+
+    let mut turns = JoinSet::new();
+    let why = loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(v1::SidecarMessage { msg: Some(v1::sidecar_message::Msg::Turn(turn)) })) => {
+                    let dispatcher = dispatcher.clone();
+                    let tx = tx.clone();
+                    let span = tracing::debug_span!(
+                        "turn",
+                        host = %host_id,
+                        actor = %turn.actor.as_ref().map(|a| format!("{}/{}", a.actor_type, a.key)).unwrap_or_default(),
+                        activation = %turn.activation_id,
+                        turn_id = turn.turn_id,
+                    );
+                    turns.spawn(async move {
+                        let result = dispatcher.handle(turn).await;
+                        // A closed stream means the session is over; the sidecar has already
+                        // answered the caller, so there is nobody to tell.
+                        let _ = tx.send(v1::AppMessage {
+                            msg: Some(v1::app_message::Msg::Result(result)),
+                        }).await;
+                    }.instrument(span));
+                }
+                Ok(Some(other)) => tracing::warn!(?other, "ignoring an unexpected message from the sidecar"),
+                Ok(None) => break "the sidecar closed the serve stream".to_string(),
+                Err(status) => break format!("the serve stream failed: {}", ActorError::from_status(&status)),
+            },
+            Some(_) = turns.join_next(), if !turns.is_empty() => {}
+            () = stopped(stop) => {
+                tracing::info!(in_flight = turns.len(), "stopping: draining in-flight turns");
+                let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+                    while turns.join_next().await.is_some() {}
+                }).await;
+                if drained.is_err() {
+                    tracing::warn!(left = turns.len(), "turns still running after the drain timeout; abandoning them");
+                }
+                return Ok(SessionEnd::Shutdown);
+            }
+        }
+    };
+    // Turns still running belong to activations the sidecar has already dropped; let them run
+    // to completion rather than cut them at an arbitrary await point.
+    turns.detach_all();
+    Ok(SessionEnd::Retry {
+        registered: true,
+        why,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_millis(500));
+        let delays: Vec<u64> = (0..5).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, vec![100, 200, 400, 500, 500]);
+        b.reset();
+        assert_eq!(b.next_delay(), Duration::from_millis(100));
+    }
+}
