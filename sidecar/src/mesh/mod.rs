@@ -1,1 +1,23 @@
-//! (being built)
+//! The authenticated host-to-host mesh (DESIGN.md §2, §5, §7): tonic over HTTP/2 on injectable
+//! sockets.
+//!
+//! * [`auth`]: the cluster secret, the per-request HMAC, and the tower layer that checks it
+//!   before any work.
+//! * [`transport`]: the [`Connector`] / [`Listener`] seams (TCP in production, simulated networks
+//!   in the simulator).
+//! * [`server`]: the `Mesh` service, dispatching `Deliver` to a [`DeliverHandler`] and the
+//!   directory RPCs to a [`DirectoryHandler`].
+//! * [`client`]: pooled channels per peer, signed calls with deadlines, and [`MeshCallError`],
+//!   which says whether a failed call ran.
+
+pub mod auth;
+pub mod client;
+pub mod server;
+pub mod transport;
+
+pub use auth::{
+    KnownPeers, MeshAuth, MeshAuthLayer, MeshSecret, SecretError, VerifiedPeer, Verifier,
+};
+pub use client::{MeshCallError, MeshClient, MeshClientConfig, PeerAddr};
+pub use server::{DeliverHandler, DirectoryHandler, MeshServerConfig, MeshService, serve};
+pub use transport::{BoxedIo, Connector, Listener, TcpConnector, TcpMeshListener};

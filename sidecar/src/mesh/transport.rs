@@ -1,0 +1,151 @@
+//! Injectable sockets for the mesh. Production dials and listens on TCP; the deterministic
+//! simulator (turmoil) implements the same two traits over its simulated network, so the very
+//! same client, server, auth and directory code runs under simulated faults.
+
+use async_trait::async_trait;
+use futures::Stream;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// A byte stream to or from a peer.
+pub trait MeshIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> MeshIo for T {}
+
+/// A boxed [`MeshIo`].
+pub type BoxedIo = Box<dyn MeshIo>;
+
+/// Dials peers. `addr` is a peer's advertised `host:port`.
+#[async_trait]
+pub trait Connector: Send + Sync + 'static {
+    /// Opens a connection. An error means nothing was sent: the call never ran.
+    async fn connect(&self, addr: &str) -> io::Result<BoxedIo>;
+}
+
+/// Dials over TCP with `TCP_NODELAY` (small RPCs must not wait for Nagle).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+#[async_trait]
+impl Connector for TcpConnector {
+    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+        let stream = tokio::net::TcpStream::connect(addr).await?;
+        stream.set_nodelay(true)?;
+        Ok(Box::new(stream))
+    }
+}
+
+/// Accepts inbound peer connections.
+#[async_trait]
+pub trait Listener: Send + 'static {
+    /// The next connection and, when known, the remote address.
+    async fn accept(&mut self) -> io::Result<(BoxedIo, Option<SocketAddr>)>;
+}
+
+/// A TCP listener.
+#[derive(Debug)]
+pub struct TcpMeshListener {
+    inner: tokio::net::TcpListener,
+}
+
+impl TcpMeshListener {
+    /// Binds `addr` (bind before joining membership: DESIGN.md §8).
+    pub async fn bind(addr: SocketAddr) -> io::Result<Self> {
+        Ok(TcpMeshListener {
+            inner: tokio::net::TcpListener::bind(addr).await?,
+        })
+    }
+
+    /// Wraps an already bound listener.
+    pub fn from_listener(inner: tokio::net::TcpListener) -> Self {
+        TcpMeshListener { inner }
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+}
+
+#[async_trait]
+impl Listener for TcpMeshListener {
+    async fn accept(&mut self) -> io::Result<(BoxedIo, Option<SocketAddr>)> {
+        let (stream, remote) = self.inner.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok((Box::new(stream), Some(remote)))
+    }
+}
+
+/// An accepted connection, as the gRPC server sees it.
+pub struct Incoming {
+    io: BoxedIo,
+    remote: Option<SocketAddr>,
+}
+
+/// Connection info exposed to handlers through request extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct RemoteAddr(pub Option<SocketAddr>);
+
+impl tonic::transport::server::Connected for Incoming {
+    type ConnectInfo = RemoteAddr;
+    fn connect_info(&self) -> RemoteAddr {
+        RemoteAddr(self.remote)
+    }
+}
+
+impl AsyncRead for Incoming {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Incoming {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+/// Turns a [`Listener`] into the stream of connections `serve_with_incoming_shutdown` takes.
+///
+/// Accept errors never end the stream: a transient `EMFILE` or a connection reset during the
+/// handshake must not take the mesh down. They are logged and the loop backs off briefly.
+pub fn incoming<L: Listener>(listener: L) -> impl Stream<Item = io::Result<Incoming>> + Send {
+    futures::stream::unfold(listener, |mut listener| async move {
+        loop {
+            match listener.accept().await {
+                Ok((io, remote)) => return Some((Ok(Incoming { io, remote }), listener)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "mesh accept failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    })
+}
