@@ -15,7 +15,7 @@ pub const DEFAULT_HEARTBEAT_SECONDS: i32 = 5;
 /// Default seconds after which an unrenewed Lease expires its host.
 pub const DEFAULT_TTL_SECONDS: i32 = 15;
 /// Default port of the host-to-host mesh.
-pub const DEFAULT_MESH_PORT: i32 = 7100;
+pub const DEFAULT_MESH_PORT: i32 = 7311;
 /// Default per-call deadline (DESIGN.md §6: 30 s).
 pub const DEFAULT_CALL_TIMEOUT_SECONDS: i32 = 30;
 /// Default routing retries (DESIGN.md §5: 3).
@@ -31,6 +31,7 @@ pub const DEFAULT_CALL_RETRIES: i32 = 3;
     status = "ActorClusterStatus",
     shortname = "acl",
     category = "sigx",
+    validation = Rule::new("size(self.metadata.name) <= 63").message("an ActorCluster name is used as a label value, so it has at most 63 characters"),
     doc = "A sigx virtual-actor cluster: the sidecar its pods run, membership timing, authentication and routing. Pods join it through ActorRoles.",
     printcolumn(
         name = "HOSTS",
@@ -530,7 +531,7 @@ mod tests {
                 ttl_seconds: 15
             }
         );
-        assert_eq!(spec.mesh_port, 7100);
+        assert_eq!(spec.mesh_port, 7311);
         assert_eq!(
             spec.calls,
             CallSpec {

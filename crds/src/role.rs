@@ -19,6 +19,7 @@ use crate::TypeName;
     status = "ActorRoleStatus",
     shortname = "arl",
     category = "sigx",
+    validation = Rule::new("size(self.metadata.name) <= 63").message("an ActorRole name is used as a label value, so it has at most 63 characters"),
     doc = "A role in a sigx cluster: an app pod template plus the stateful actor types and stateless worker types its sidecars register. Rendered into a Deployment with the sidecar injected.",
     scale(
         spec_replicas_path = ".spec.replicas",
@@ -74,7 +75,7 @@ fn default_replicas() -> i32 {
 #[serde(rename_all = "camelCase")]
 pub struct ClusterRef {
     /// Name of an ActorCluster in the role's namespace.
-    #[schemars(length(min = 1, max = 253))]
+    #[schemars(length(min = 1, max = 63))]
     pub name: String,
 }
 
