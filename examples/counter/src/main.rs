@@ -1,1 +1,286 @@
-fn main() {}
+//! `counter-app`: the example sigx app. A `Counter` actor that holds its count in memory, and an
+//! `Echo` worker.
+//!
+//! * `Counter.increment [amount]` adds `amount` (JSON integer, default 1) and returns the new
+//!   value; `Counter.get` returns the value; `Counter.info` returns the value, the activation id
+//!   and the host id (to see where an actor lives and when it was re-activated).
+//! * `Echo.echo` returns its payload; `Echo.whereami` returns the host id that ran it.
+//!
+//! Test hook: with `COUNTER_TRACE_FILE` set, the app appends one JSON line per activation start
+//! and end and per turn start and end, stamped with the system-wide monotonic clock, so tests
+//! that run several hosts on one machine can check that no two activations of one actor ever
+//! overlapped, and that no two turns of one activation did.
+#![forbid(unsafe_code)]
+
+mod trace;
+
+use clap::Parser;
+use sigx_sdk::{ActorError, ActorType, App, Client, Context, DEFAULT_SOCKET, WorkerType};
+use std::path::PathBuf;
+use std::time::Duration;
+use trace::{Event, Trace};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "counter-app",
+    version,
+    about = "The sigx example app: Counter and Echo"
+)]
+struct Args {
+    /// The sidecar's Unix socket.
+    #[arg(long, env = "SIGX_SOCKET", default_value = DEFAULT_SOCKET)]
+    socket: PathBuf,
+
+    /// Append activation and turn events here, one JSON object per line (a test hook).
+    #[arg(long, env = "COUNTER_TRACE_FILE")]
+    trace_file: Option<PathBuf>,
+
+    /// Deactivate a counter after this long without calls (default: the sidecar's, 5 min).
+    #[arg(long, env = "COUNTER_IDLE_TIMEOUT_MS")]
+    idle_timeout_ms: Option<u64>,
+
+    /// Make every Counter turn take at least this long (a test hook: widens the window in which
+    /// overlapping turns or activations would show in the trace).
+    #[arg(long, env = "COUNTER_TURN_DELAY_MS", default_value_t = 0)]
+    turn_delay_ms: u64,
+}
+
+/// One counter activation's state: the count, and the trace handle whose drop records the end
+/// of the activation (after its Deactivate turn, or when the sidecar connection is lost).
+struct Count {
+    value: i64,
+    _activation: trace::ActivationGuard,
+}
+
+/// Records a Counter turn's start and end around `body`.
+async fn traced<T>(
+    trace: &Trace,
+    ctx: &Context,
+    delay: Duration,
+    body: impl std::future::Future<Output = T>,
+) -> T {
+    trace.record(Event::TurnStart, ctx);
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let out = body.await;
+    trace.record(Event::TurnEnd, ctx);
+    out
+}
+
+fn app(trace: Trace, idle: Option<Duration>, delay: Duration) -> App {
+    let t = trace.clone();
+    let mut counter = ActorType::new("Counter", move |ctx: Context| {
+        let t = t.clone();
+        async move {
+            Ok(Count {
+                value: 0,
+                _activation: t.activation(&ctx),
+            })
+        }
+    });
+    if let Some(idle) = idle {
+        counter = counter.idle_timeout(idle);
+    }
+    let (t1, t2, t3) = (trace.clone(), trace.clone(), trace);
+    let counter = counter
+        .json_method("increment", move |ctx, amount: Option<i64>| {
+            let t = t1.clone();
+            async move {
+                traced(&t, &ctx, delay, async {
+                    let mut count = ctx.state().await;
+                    count.value =
+                        count
+                            .value
+                            .checked_add(amount.unwrap_or(1))
+                            .ok_or_else(|| {
+                                ActorError::app(format!("{}: the count would overflow", ctx.key()))
+                            })?;
+                    Ok(count.value)
+                })
+                .await
+            }
+        })
+        .json_method("get", move |ctx, (): ()| {
+            let t = t2.clone();
+            async move { traced(&t, &ctx, delay, async { Ok(ctx.state().await.value) }).await }
+        })
+        .json_method("info", move |ctx, (): ()| {
+            let t = t3.clone();
+            async move {
+                traced(&t, &ctx, delay, async {
+                    Ok(serde_json::json!({
+                        "value": ctx.state().await.value,
+                        "activation_id": ctx.activation_id(),
+                        "host_id": ctx.host_id(),
+                    }))
+                })
+                .await
+            }
+        });
+    let echo = WorkerType::new("Echo")
+        .method("echo", |ctx| async move { Ok(ctx.payload().clone()) })
+        .json_method("whereami", |ctx, (): ()| async move {
+            Ok(ctx.host_id().to_string())
+        });
+    App::new("counter-app").actor(counter).worker(echo)
+}
+
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let trace = match &args.trace_file {
+        Some(path) => Trace::open(path)?,
+        None => Trace::off(),
+    };
+    let client = Client::lazy(&args.socket);
+    tracing::info!(socket = %args.socket.display(), "counter-app serving");
+    app(
+        trace,
+        args.idle_timeout_ms.map(Duration::from_millis),
+        Duration::from_millis(args.turn_delay_ms),
+    )
+    .serve_until(&client, stop_signal())
+    .await?;
+    tracing::info!("counter-app stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigx_sdk::proto::{self as v1, turn, turn_result};
+
+    fn turn_for(id: u64, activation: &str, kind: turn::Kind) -> v1::Turn {
+        v1::Turn {
+            turn_id: id,
+            actor: Some(v1::ActorRef {
+                actor_type: "Counter".into(),
+                key: "k".into(),
+            }),
+            activation_id: activation.into(),
+            timeout_ms: 0,
+            kind: Some(kind),
+        }
+    }
+
+    fn call(id: u64, activation: &str, method: &str, payload: &str) -> v1::Turn {
+        turn_for(
+            id,
+            activation,
+            turn::Kind::Invoke(v1::Invoke {
+                method: method.into(),
+                payload: payload.as_bytes().to_vec().into(),
+            }),
+        )
+    }
+
+    fn ok(r: v1::TurnResult) -> String {
+        match r.outcome {
+            Some(turn_result::Outcome::Ok(b)) => String::from_utf8(b.to_vec()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn counter_counts_and_the_trace_brackets_activations_and_turns() {
+        let dir = std::env::temp_dir().join(format!("counter-trace-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("trace.jsonl");
+        let _ = std::fs::remove_file(&path);
+        let d = app(Trace::open(&path).unwrap(), None, Duration::ZERO)
+            .into_dispatcher(Client::lazy("/nonexistent.sock"));
+        ok(
+            d.handle(turn_for(1, "A1", turn::Kind::Activate(v1::Activate {})))
+                .await,
+        );
+        assert_eq!(ok(d.handle(call(2, "A1", "increment", "")).await), "1");
+        assert_eq!(ok(d.handle(call(3, "A1", "increment", "41")).await), "42");
+        assert_eq!(ok(d.handle(call(4, "A1", "get", "")).await), "42");
+        ok(d.handle(turn_for(
+            5,
+            "A1",
+            turn::Kind::Deactivate(v1::Deactivate { reason: 1 }),
+        ))
+        .await);
+
+        let events: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let names: Vec<&str> = events
+            .iter()
+            .map(|e| e["event"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "activation-start",
+                "turn-start",
+                "turn-end",
+                "turn-start",
+                "turn-end",
+                "turn-start",
+                "turn-end",
+                "activation-end"
+            ]
+        );
+        assert!(
+            events
+                .iter()
+                .all(|e| e["actor"] == "Counter/k" && e["activation"] == "A1")
+        );
+        let times: Vec<u64> = events.iter().map(|e| e["t_ns"].as_u64().unwrap()).collect();
+        assert!(
+            times.windows(2).all(|w| w[0] <= w[1]),
+            "monotonic: {times:?}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_overflowing_increment_is_an_app_error_and_keeps_the_count() {
+        let d = app(Trace::off(), None, Duration::ZERO).into_dispatcher(Client::lazy("/x.sock"));
+        ok(
+            d.handle(turn_for(1, "A", turn::Kind::Activate(v1::Activate {})))
+                .await,
+        );
+        ok(d.handle(call(2, "A", "increment", &i64::MAX.to_string()))
+            .await);
+        match d.handle(call(3, "A", "increment", "")).await.outcome {
+            Some(turn_result::Outcome::Error(e)) => {
+                assert_eq!(e.kind, v1::ErrorKind::App as i32);
+                assert!(e.message.contains("overflow"), "{}", e.message);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            ok(d.handle(call(4, "A", "get", "")).await),
+            i64::MAX.to_string()
+        );
+    }
+}

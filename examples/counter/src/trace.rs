@@ -1,0 +1,130 @@
+//! The counter app's trace file (test hook): one JSON object per line for every activation start
+//! and end and every turn start and end.
+//!
+//! Timestamps come from `CLOCK_MONOTONIC`, which is one clock for every process on a machine and
+//! never jumps, so lines written by several apps (several hosts) can be ordered against each
+//! other. Each line goes out in one `write` on a file opened with `O_APPEND`, so lines from
+//! several processes sharing one file do not interleave.
+
+use sigx_sdk::Context;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// What happened.
+#[derive(Debug, Clone, Copy)]
+pub enum Event {
+    ActivationStart,
+    ActivationEnd,
+    TurnStart,
+    TurnEnd,
+}
+
+impl Event {
+    fn as_str(self) -> &'static str {
+        match self {
+            Event::ActivationStart => "activation-start",
+            Event::ActivationEnd => "activation-end",
+            Event::TurnStart => "turn-start",
+            Event::TurnEnd => "turn-end",
+        }
+    }
+}
+
+/// A shared handle on the trace file, or nothing when tracing is off.
+#[derive(Clone, Default)]
+pub struct Trace {
+    file: Option<Arc<Mutex<File>>>,
+}
+
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+impl Trace {
+    /// Tracing off.
+    pub fn off() -> Self {
+        Trace { file: None }
+    }
+
+    /// Appends to `path` (created if missing).
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("COUNTER_TRACE_FILE={}: {e}", path.display()),
+                )
+            })?;
+        Ok(Trace {
+            file: Some(Arc::new(Mutex::new(file))),
+        })
+    }
+
+    /// Appends one event about the actor of `ctx`.
+    pub fn record(&self, event: Event, ctx: &Context) {
+        self.write(
+            event,
+            &format!("{}/{}", ctx.actor_type(), ctx.key()),
+            ctx.activation_id(),
+            ctx.host_id(),
+            ctx.method(),
+        );
+    }
+
+    fn write(&self, event: Event, actor: &str, activation: &str, host: &str, method: &str) {
+        let Some(file) = &self.file else { return };
+        let mut line = serde_json::json!({
+            "t_ns": monotonic_ns(),
+            "event": event.as_str(),
+            "actor": actor,
+            "activation": activation,
+            "host": host,
+            "pid": std::process::id(),
+        });
+        if !method.is_empty() {
+            line["method"] = method.into();
+        }
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        if let Err(e) = file.lock().unwrap().write_all(&bytes) {
+            tracing::error!(error = %e, "cannot append to the trace file");
+        }
+    }
+
+    /// Records the start of an activation; the returned guard records its end when dropped.
+    pub fn activation(&self, ctx: &Context) -> ActivationGuard {
+        self.record(Event::ActivationStart, ctx);
+        ActivationGuard {
+            trace: self.clone(),
+            actor: format!("{}/{}", ctx.actor_type(), ctx.key()),
+            activation: ctx.activation_id().to_string(),
+            host: ctx.host_id().to_string(),
+        }
+    }
+}
+
+/// Lives inside an activation's state; its drop is the activation's end.
+pub struct ActivationGuard {
+    trace: Trace,
+    actor: String,
+    activation: String,
+    host: String,
+}
+
+impl Drop for ActivationGuard {
+    fn drop(&mut self) {
+        self.trace.write(
+            Event::ActivationEnd,
+            &self.actor,
+            &self.activation,
+            &self.host,
+            "",
+        );
+    }
+}
