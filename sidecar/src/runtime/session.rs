@@ -74,7 +74,7 @@ impl AppSession {
     /// (the app may have run it before it went away).
     pub fn close(&self) {
         let pending = self.pending.lock().expect("pending lock").take();
-        let _ = self.closed.send(true);
+        self.closed.send_replace(true);
         drop(pending);
     }
 

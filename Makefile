@@ -1,0 +1,70 @@
+# sigx — the two commands that matter on a fresh machine are `make demo` and `make test`.
+# Cargo's target directory follows CARGO_TARGET_DIR when set (CI reuses one outside the clone).
+
+SHELL := /bin/bash
+CARGO ?= cargo
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+BIN := $(TARGET_DIR)/debug
+RELEASE_BIN := $(TARGET_DIR)/release
+SEEDS ?= 200
+SEED_START ?= 0
+
+.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench sim clean-demo
+
+all: build
+
+build:
+	$(CARGO) build --workspace --bins
+
+## demo: start a local 3-host cluster on the embedded SQLite membership, drive a workload,
+## check every counter, print status, stop cleanly.
+demo: build
+	$(BIN)/sigx dev up --hosts 3 --workload 1000 --exit-after-workload --dir .sigx/demo
+
+## test: every test of the workspace, then the manifest checks (helm lint, kubernetes-validate).
+test: test-rust check-manifests
+
+test-rust: build
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+		$(CARGO) nextest run --workspace --no-fail-fast; \
+	else \
+		$(CARGO) test --workspace --no-fail-fast; \
+	fi
+	$(CARGO) test --workspace --doc
+
+tools:
+	bash scripts/install-tools.sh
+
+check-manifests: tools
+	@if [ -x scripts/check-manifests.sh ] || [ -f scripts/check-manifests.sh ]; then \
+		bash scripts/check-manifests.sh; \
+	else \
+		echo "check-manifests: scripts/check-manifests.sh not present yet"; \
+	fi
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## crds: regenerate the checked-in CRD YAML.
+crds:
+	$(CARGO) run -p sigx-crds --bin crdgen
+
+## bench: latency/throughput next to raw tonic baselines measured in the same run.
+bench:
+	$(CARGO) bench -p sigx-sidecar
+	@if [ -f e2e/benches/call.rs ]; then $(CARGO) bench -p sigx-e2e; fi
+
+## sim: deterministic simulation. `make sim SEED=n` replays one seed; `make sim SEEDS=n SEED_START=m` runs a batch.
+sim:
+	@if [ -n "$(SEED)" ]; then \
+		SIGX_SIM_SEED=$(SEED) $(CARGO) test -p sigx-e2e --release --test simulation -- --nocapture replay; \
+	else \
+		SIGX_SIM_SEEDS=$(SEEDS) SIGX_SIM_SEED_START=$(SEED_START) $(CARGO) test -p sigx-e2e --release --test simulation -- --nocapture batch; \
+	fi
+
+clean-demo:
+	rm -rf .sigx

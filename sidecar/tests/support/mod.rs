@@ -1,0 +1,248 @@
+//! A test app speaking the raw wire contract (no SDK), and helpers to run an in-process host.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use sigx_proto::v1;
+use sigx_proto::v1::actor_host_client::ActorHostClient;
+use sigx_sidecar::config::{Args, Config};
+use sigx_sidecar::host::Host;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Connects a gRPC channel to a Unix socket.
+pub async fn connect(path: &Path) -> Channel {
+    let path = path.to_path_buf();
+    Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .expect("connect to sidecar socket")
+}
+
+/// A config for an in-process single host in `dir`.
+pub fn single_host_config(dir: &Path, extra: &[&str]) -> Config {
+    let socket = dir.join("sidecar.sock");
+    let mut args = vec![
+        "sigx-sidecar".to_string(),
+        "--membership".into(),
+        "none".into(),
+        "--socket".into(),
+        socket.display().to_string(),
+        "--health-addr".into(),
+        "127.0.0.1:0".into(),
+        "--host-id".into(),
+        "h1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    <Args as clap::Parser>::try_parse_from(args)
+        .unwrap()
+        .validate()
+        .unwrap()
+}
+
+/// One event the test app saw.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub actor: String,
+    pub activation_id: String,
+    pub what: String,
+    pub start: Instant,
+    pub end: Instant,
+}
+
+/// How the test app behaves for a method.
+#[derive(Clone)]
+pub enum Behaviour {
+    /// Sleep, then answer the payload back.
+    SleepEcho(Duration),
+    /// Answer an app error with this message.
+    Fail(String),
+    /// Never answer.
+    Hang,
+}
+
+/// A raw-protocol test app.
+pub struct TestApp {
+    pub events: Arc<Mutex<Vec<Event>>>,
+    pub host_id: String,
+    tx: mpsc::UnboundedSender<v1::AppMessage>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+pub fn actor_spec(name: &str, reentrant: bool, idle_ms: u64) -> v1::ActorTypeSpec {
+    v1::ActorTypeSpec {
+        name: name.into(),
+        reentrant,
+        idle_timeout_ms: idle_ms,
+        methods: vec![],
+    }
+}
+
+impl TestApp {
+    /// Registers `register` and serves turns with `behaviour` per method.
+    pub async fn start(
+        socket: &Path,
+        register: v1::Register,
+        behaviour: HashMap<String, Behaviour>,
+    ) -> Result<TestApp, tonic::Status> {
+        let mut client = ActorHostClient::new(connect(socket).await);
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(v1::AppMessage {
+            msg: Some(v1::app_message::Msg::Register(register)),
+        })
+        .unwrap();
+        let mut inbound = client
+            .serve(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        let first = inbound.message().await?.expect("registered");
+        let host_id = match first.msg {
+            Some(v1::sidecar_message::Msg::Registered(r)) => r.host_id,
+            other => panic!("expected Registered, got {other:?}"),
+        };
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let ev = events.clone();
+        let out = tx.clone();
+        let behaviour = Arc::new(behaviour);
+        let task = tokio::spawn(async move {
+            let mut turns = tokio::task::JoinSet::new();
+            while let Ok(Some(msg)) = inbound.message().await {
+                let Some(v1::sidecar_message::Msg::Turn(turn)) = msg.msg else {
+                    continue;
+                };
+                let ev = ev.clone();
+                let out = out.clone();
+                let behaviour = behaviour.clone();
+                turns.spawn(async move {
+                    let start = Instant::now();
+                    let actor = turn.actor.clone().unwrap();
+                    let actor = format!("{}/{}", actor.actor_type, actor.key);
+                    let (what, outcome) = match turn.kind.clone().unwrap() {
+                        v1::turn::Kind::Activate(_) => ("activate".to_string(), Ok(Bytes::new())),
+                        v1::turn::Kind::Deactivate(_) => {
+                            ("deactivate".to_string(), Ok(Bytes::new()))
+                        }
+                        v1::turn::Kind::Invoke(inv) => {
+                            let b = behaviour
+                                .get(&inv.method)
+                                .cloned()
+                                .unwrap_or(Behaviour::SleepEcho(Duration::ZERO));
+                            let outcome = match b {
+                                Behaviour::SleepEcho(d) => {
+                                    tokio::time::sleep(d).await;
+                                    Ok(inv.payload.clone())
+                                }
+                                Behaviour::Fail(m) => Err(m),
+                                Behaviour::Hang => {
+                                    futures::future::pending::<()>().await;
+                                    unreachable!()
+                                }
+                            };
+                            (inv.method, outcome)
+                        }
+                    };
+                    ev.lock().unwrap().push(Event {
+                        actor,
+                        activation_id: turn.activation_id.clone(),
+                        what,
+                        start,
+                        end: Instant::now(),
+                    });
+                    let outcome = match outcome {
+                        Ok(b) => v1::turn_result::Outcome::Ok(b),
+                        Err(m) => v1::turn_result::Outcome::Error(v1::TurnError {
+                            kind: v1::ErrorKind::App as i32,
+                            message: m,
+                        }),
+                    };
+                    let _ = out.send(v1::AppMessage {
+                        msg: Some(v1::app_message::Msg::Result(v1::TurnResult {
+                            turn_id: turn.turn_id,
+                            outcome: Some(outcome),
+                        })),
+                    });
+                });
+            }
+        });
+        Ok(TestApp {
+            events,
+            host_id,
+            tx,
+            task,
+        })
+    }
+
+    /// Kills the app: its stream closes mid-whatever.
+    pub fn kill(self) {
+        self.task.abort();
+        drop(self.tx);
+    }
+
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+/// A client for Call and Status.
+pub async fn client(socket: &Path) -> ActorHostClient<Channel> {
+    ActorHostClient::new(connect(socket).await)
+}
+
+/// Calls an actor.
+pub async fn call(
+    c: &mut ActorHostClient<Channel>,
+    ty: &str,
+    key: &str,
+    method: &str,
+    payload: &[u8],
+    timeout_ms: u64,
+) -> Result<Bytes, sigx_proto::ActorError> {
+    c.call(v1::CallRequest {
+        actor: Some(v1::ActorRef {
+            actor_type: ty.into(),
+            key: key.into(),
+        }),
+        method: method.into(),
+        payload: Bytes::copy_from_slice(payload),
+        timeout_ms,
+    })
+    .await
+    .map(|r| r.into_inner().payload)
+    .map_err(|s| sigx_proto::ActorError::from_status(&s))
+}
+
+/// GET on the health endpoint; returns the status code.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.unwrap();
+    buf.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+pub async fn start_host(dir: &Path, extra: &[&str]) -> Host {
+    Host::start(single_host_config(dir, extra)).await.unwrap()
+}
+
+pub fn socket_of(dir: &Path) -> PathBuf {
+    dir.join("sidecar.sock")
+}
