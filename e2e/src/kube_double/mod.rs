@@ -1,0 +1,308 @@
+//! A Kubernetes API server test double that the real `kube` client talks HTTP/1.1 to.
+//!
+//! Test-only (this crate never ships). It holds objects of any group/version/kind as JSON
+//! and implements what membership and the operator lean on: one global resourceVersion,
+//! create with `generateName` and 409 AlreadyExists, GET, PUT with 409 Conflict on a stale
+//! resourceVersion, DELETE with preconditions, finalizers and ownerReference cascade, lists
+//! with label and field selectors (and `limit`/`continue`), watches (ADDED/MODIFIED/DELETED,
+//! resume from a resourceVersion, 410 Gone after compaction, bookmarks, streaming lists),
+//! `/status` and `/scale` subresources, merge, strategic (as merge), JSON and server-side
+//! apply patches (with field-ownership conflicts), and `meta/v1` Status error bodies.
+//!
+//! An outage switch ([`Mode`]) makes every request fail with 503 (and cuts open watches) or
+//! hang until switched back; [`KubeDouble::stats`] counts requests by verb and watch events
+//! sent, which is how the Lease provider's watch fan-out is measured.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! let double = sigx_e2e::kube_double::KubeDouble::start().await;
+//! let cms: kube::Api<ConfigMap> = kube::Api::namespaced(double.client(), "default");
+//! # }
+//! ```
+//!
+//! Known simplifications: strategic merge patches replace lists instead of merging them by
+//! key; server-side apply tracks ownership per leaf with lists atomic; the garbage collector
+//! runs synchronously inside the DELETE; there is no discovery beyond `/version`, no RBAC,
+//! no admission (CEL rules are not evaluated) and no `dryRun`.
+
+mod http;
+pub mod patch;
+pub mod selector;
+pub mod store;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use self::http::{Counters, Shared};
+pub use self::store::ResourceRef;
+use self::store::Store;
+
+/// How the double answers requests: the outage switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Normal operation.
+    Serving,
+    /// Every request gets 503 ServiceUnavailable and open watch streams break.
+    Failing,
+    /// Every request hangs (and open watches deliver nothing) until the mode changes.
+    Stalling,
+}
+
+/// Counters for assertions and benchmarks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// HTTP requests received, including ones refused by an outage.
+    pub requests: u64,
+    /// Requests that reached routing, by Kubernetes verb (`get`, `list`, `watch`, `create`,
+    /// `update`, `patch`, `delete`, `deletecollection`).
+    pub by_verb: BTreeMap<&'static str, u64>,
+    /// ADDED/MODIFIED/DELETED/ERROR lines written to watch streams, summed over all watchers:
+    /// the fan-out.
+    pub watch_events_sent: u64,
+    /// BOOKMARK lines written.
+    pub bookmarks_sent: u64,
+    /// Watch streams opened.
+    pub watches_started: u64,
+    /// Watch streams open now.
+    pub active_watches: usize,
+    /// Writes that changed something (each one consumed a resourceVersion).
+    pub mutations: u64,
+    /// The current global resourceVersion.
+    pub resource_version: u64,
+}
+
+/// A running double. Dropping it stops the server and every connection.
+pub struct KubeDouble {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl KubeDouble {
+    /// Binds 127.0.0.1 on an ephemeral port and starts serving.
+    ///
+    /// # Panics
+    /// If no local port can be bound (a broken test environment).
+    pub async fn start() -> KubeDouble {
+        Self::try_start()
+            .await
+            .expect("bind 127.0.0.1:0 for the Kubernetes API double")
+    }
+
+    /// Like [`KubeDouble::start`], returning the bind error.
+    pub async fn try_start() -> std::io::Result<KubeDouble> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let (mode, _) = watch::channel(Mode::Serving);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(Store::new()),
+            mode,
+            counters: Counters::default(),
+            bookmark_interval: Mutex::new(Duration::from_secs(1)),
+        });
+        let accept_shared = shared.clone();
+        let server = tokio::spawn(async move {
+            let mut connections = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        let shared = accept_shared.clone();
+                        connections.spawn(async move {
+                            let service = service_fn(move |req| self::http::handle(shared.clone(), req));
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+        });
+        Ok(KubeDouble {
+            addr,
+            shared,
+            server,
+        })
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The socket address the double listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A client configuration for the double: namespace `default`, and kube's built-in retry
+    /// of 503s turned off, so an injected outage surfaces as errors rather than being hidden
+    /// by up to 15 retries with exponential backoff.
+    pub fn config(&self) -> kube::Config {
+        let mut config = kube::Config::new(self.url().parse().expect("a valid URL"));
+        config.default_retry = false;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config
+    }
+
+    /// A real `kube::Client` for the double (see [`KubeDouble::config`]).
+    pub fn client(&self) -> kube::Client {
+        kube::Client::try_from(self.config()).expect("a client for a plain-HTTP config")
+    }
+
+    /// A client with kube's default retry policy on, as a production binary would have.
+    pub fn client_with_retries(&self) -> kube::Client {
+        let mut config = self.config();
+        config.default_retry = true;
+        kube::Client::try_from(config).expect("a client for a plain-HTTP config")
+    }
+
+    /// Flips the outage switch.
+    pub fn set_mode(&self, mode: Mode) {
+        self.shared.mode.send_replace(mode);
+    }
+
+    /// Every request fails with 503 and watches break, until [`KubeDouble::recover`].
+    pub fn fail(&self) {
+        self.set_mode(Mode::Failing);
+    }
+
+    /// Every request hangs, until [`KubeDouble::recover`].
+    pub fn stall(&self) {
+        self.set_mode(Mode::Stalling);
+    }
+
+    /// Back to normal; stalled requests proceed.
+    pub fn recover(&self) {
+        self.set_mode(Mode::Serving);
+    }
+
+    pub fn mode(&self) -> Mode {
+        *self.shared.mode.borrow()
+    }
+
+    /// How often watches that allow bookmarks get one (default 1 s). Applies to watches
+    /// started afterwards.
+    pub fn set_bookmark_interval(&self, every: Duration) {
+        *self
+            .shared
+            .bookmark_interval
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = every;
+    }
+
+    /// Drops all change history: a watch resuming from an earlier resourceVersion gets 410.
+    pub fn compact(&self) {
+        self.shared.store().compact();
+    }
+
+    /// Keeps only the last `limit` changes (None: all), like etcd's compaction.
+    pub fn set_history_limit(&self, limit: Option<usize>) {
+        self.shared.store().set_history_limit(limit);
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store().resource_version()
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> Stats {
+        let c = &self.shared.counters;
+        let store = self.shared.store();
+        Stats {
+            requests: c.requests.load(Ordering::Relaxed),
+            by_verb: c.by_verb.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            watch_events_sent: c.watch_events_sent.load(Ordering::Relaxed),
+            bookmarks_sent: c.bookmarks_sent.load(Ordering::Relaxed),
+            watches_started: c.watches_started.load(Ordering::Relaxed),
+            active_watches: store.active_watches(),
+            mutations: store.mutations,
+            resource_version: store.resource_version(),
+        }
+    }
+
+    /// Zeroes the request and event counters (not the store).
+    pub fn reset_stats(&self) {
+        let c = &self.shared.counters;
+        c.requests.store(0, Ordering::Relaxed);
+        c.watch_events_sent.store(0, Ordering::Relaxed);
+        c.bookmarks_sent.store(0, Ordering::Relaxed);
+        c.watches_started.store(0, Ordering::Relaxed);
+        c.by_verb.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.shared.store().mutations = 0;
+    }
+
+    /// Reads an object directly (no HTTP, not counted), e.g.
+    /// `get_json(&ResourceRef::new("apps", "v1", "deployments"), Some("ns"), "web")`.
+    pub fn get_json(
+        &self,
+        res: &ResourceRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Value> {
+        self.shared.store().get(res, namespace, name).ok()
+    }
+
+    /// Lists objects directly (no HTTP, not counted); all namespaces when `namespace` is None.
+    pub fn list_json(&self, res: &ResourceRef, namespace: Option<&str>) -> Vec<Value> {
+        let list = self
+            .shared
+            .store()
+            .list(
+                res,
+                namespace,
+                &Default::default(),
+                &Default::default(),
+                None,
+                None,
+            )
+            .expect("an unpaginated list cannot fail");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// The field managers that own fields of an object (server-side apply bookkeeping).
+    pub fn field_managers(
+        &self,
+        res: &ResourceRef,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Vec<String>> {
+        self.shared
+            .store()
+            .managers(res, namespace, name)
+            .map(|m| m.into_iter().map(|(name, _)| name).collect())
+    }
+}
+
+impl ResourceRef {
+    /// Names a resource: group (empty for core), version, plural.
+    pub fn new(group: &str, version: &str, plural: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            plural: plural.to_owned(),
+        }
+    }
+}
+
+impl Drop for KubeDouble {
+    fn drop(&mut self) {
+        // Aborting the accept task drops its JoinSet, which aborts every connection.
+        self.server.abort();
+        // Wake stalled requests so their tasks end too.
+        self.shared.mode.send_replace(Mode::Failing);
+    }
+}
