@@ -181,6 +181,7 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         .get_or_insert_with(Vec::new)
         .push(sidecar(
             cluster,
+            role,
             &cluster_name,
             &role_name,
             &secret,
@@ -373,6 +374,7 @@ fn check_reserved(
 
 fn sidecar(
     cluster: &ActorCluster,
+    role: &ActorRole,
     cluster_name: &str,
     role_name: &str,
     secret: &SecretSource,
@@ -393,6 +395,10 @@ fn sidecar(
         plain_env("SIGX_RETRIES", &spec.calls.retries.to_string()),
         plain_env("SIGX_PLACEMENT", spec.placement.as_str()),
         plain_env("SIGX_DRAIN_TIMEOUT_MS", &ms(spec.calls.timeout_seconds)),
+        // The types the role declares (and labels its pods with), comma-separated, so the
+        // sidecar can hold the app's registration to them.
+        plain_env("SIGX_ACTORS", &join(&role.spec.actors)),
+        plain_env("SIGX_WORKERS", &join(&role.spec.workers)),
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
         field_env("POD_UID", "metadata.uid"),
@@ -529,6 +535,14 @@ fn token_volume() -> Volume {
         }),
         ..Volume::default()
     }
+}
+
+fn join(types: &[sigx_crds::TypeName]) -> String {
+    types
+        .iter()
+        .map(sigx_crds::TypeName::as_str)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn socket_mount() -> VolumeMount {
@@ -834,6 +848,9 @@ mod tests {
             assert_eq!(labels[&format!("actors.sigx.dev/type.{t}")], "true");
         }
         assert_eq!(labels["app"], "x", "user labels are kept");
+        let s = the_sidecar(&d);
+        assert_eq!(env_value(s, "SIGX_ACTORS"), Some("Counter,billing.Invoice"));
+        assert_eq!(env_value(s, "SIGX_WORKERS"), Some("Echo"));
         let selector = d.spec.selector.match_labels.as_ref().unwrap();
         assert_eq!(selector.len(), 2, "selector: cluster and role only");
         for (k, v) in selector {
