@@ -1,1 +1,613 @@
-//! (being built)
+//! The in-mesh, partitioned, strongly consistent actor directory (DESIGN.md §4).
+//!
+//! There is no external store: the directory is split into [`PARTITIONS`] partitions, each owned
+//! by one active stateful host chosen by rendezvous hashing over the owner's current view
+//! ([`hash`]). This module is both sides of the protocol:
+//!
+//! * **owner side** — per-partition state (`ready` / `recovering`), the entries, and the answers
+//!   to `Lookup`, `Register`, `Unregister` ([`Directory`] implements the mesh's
+//!   [`DirectoryHandler`]);
+//! * **host side** — the per-partition *term* and the live activations of this host, the
+//!   [`ActivationGate`](crate::runtime::ActivationGate) that enforces Rule 1 ([`gate`]), and the
+//!   `Collect` answers of Rule 2;
+//! * **the collector** ([`collect`]) — a task that makes newly owned partitions ready by
+//!   collection (Rule 2) and sweeps departed hosts (Rule 3).
+//!
+//! Every per-partition decision is taken under that partition's lock, which is never held
+//! across an `.await`.
+//!
+//! # Why a partition stays ready across view changes
+//!
+//! A partition is ready when this host owns it in its *current* view, it was made ready at term
+//! `t`, and this host's term for it is still `t`. Any other host that became owner in between
+//! (even in a view this host's watcher skipped) had to collect from this host, which bumps the
+//! term — so an unchanged term proves nobody else granted a claim for the partition since.
+
+pub mod collect;
+pub mod gate;
+pub mod hash;
+pub mod table;
+pub mod view;
+
+pub use gate::{DirectoryGate, Located};
+pub use hash::{PARTITIONS, partition};
+pub use view::{DirView, PeerInfo, PeerStatus, ViewCell, ViewSource};
+
+use crate::mesh::{DirectoryHandler, MeshClient};
+use crate::runtime::ActorId;
+use sigx_proto::ActorError;
+use sigx_proto::v1::{
+    ActorRef, CollectRequest, CollectResponse, DirectoryEntry, DirectoryStatus, LookupRequest,
+    LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
+};
+use std::collections::HashMap;
+use std::hash::RandomState;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use table::EntryTable;
+use tokio::sync::Notify;
+
+/// The longest actor type name accepted (wire contract: `ActorRef.actor_type`).
+pub const MAX_TYPE_LEN: usize = 128;
+/// The longest actor key accepted, bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// The longest activation id accepted, bytes.
+pub const MAX_ACTIVATION_LEN: usize = 128;
+
+/// Deliberately broken protocol variants, for the tests and the simulator that must show their
+/// checkers catch a violation. Never enable in production: each one switches off a rule that
+/// the single-activation guarantee rests on.
+#[derive(Debug, Clone, Default)]
+pub struct ProtocolFaults {
+    /// Rule 1 without the term re-check: a grant is accepted even if a new owner collected this
+    /// partition from us while the `Register` was in flight.
+    pub skip_term_recheck: bool,
+    /// Rule 2 without the view check: `Collect` is answered even when the requester's view
+    /// fingerprint differs from ours (or it does not own the partition in our view).
+    pub collect_ignores_fingerprint: bool,
+}
+
+/// Timings of the directory protocol.
+#[derive(Debug, Clone)]
+pub struct DirectoryConfig {
+    /// The `retry_after` sent with `recovering` answers.
+    pub retry_after: Duration,
+    /// Per-RPC timeout of directory calls (`Register`, `Collect`, ...), within any deadline.
+    pub rpc_timeout: Duration,
+    /// Pause between failed collection rounds (a peer not converged or unreachable).
+    pub collect_retry: Duration,
+    /// How long `claim` keeps trying to register before giving up.
+    pub claim_timeout: Duration,
+    /// How long `release` keeps trying to unregister.
+    pub release_timeout: Duration,
+    /// Broken variants for checker tests. Default: none.
+    pub faults: ProtocolFaults,
+}
+
+impl Default for DirectoryConfig {
+    fn default() -> Self {
+        DirectoryConfig {
+            retry_after: Duration::from_millis(20),
+            rpc_timeout: Duration::from_secs(2),
+            collect_retry: Duration::from_millis(50),
+            claim_timeout: Duration::from_secs(10),
+            release_timeout: Duration::from_secs(5),
+            faults: ProtocolFaults::default(),
+        }
+    }
+}
+
+/// The directory's counters (DESIGN.md §4).
+#[derive(Debug, Default)]
+struct Counters {
+    host_sweeps: AtomicU64,
+    swept_entries: AtomicU64,
+    sweeps_skipped_graceful: AtomicU64,
+    collections_run: AtomicU64,
+    collection_time_ms: AtomicU64,
+    conflicting_reports: AtomicU64,
+    lazy_evictions: AtomicU64,
+}
+
+/// A snapshot of the directory's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DirectoryCounters {
+    /// Departed hosts whose entries this host swept from the partitions it owns.
+    pub host_sweeps: u64,
+    /// Entries those sweeps removed.
+    pub swept_entries: u64,
+    /// Departures not swept because the host announced `leaving` first (it unregistered).
+    pub sweeps_skipped_graceful: u64,
+    /// Partitions this host owns in its view that are not ready (being collected).
+    pub partitions_recovering: u64,
+    /// Collection rounds completed.
+    pub collections_run: u64,
+    /// Total wall time of completed collection rounds, milliseconds.
+    pub collection_time_ms: u64,
+    /// Actors reported live on two hosts by one collection (a bug signal; never resolved
+    /// silently).
+    pub conflicting_reports: u64,
+    /// Entries of departed hosts evicted by a lookup or register.
+    pub lazy_evictions: u64,
+    /// Entries held as owner.
+    pub entries: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerState {
+    /// Not owner, or never made ready.
+    Idle,
+    /// Owner in the current view, collecting.
+    Recovering,
+    /// Ready since this host's term for the partition was `term`.
+    Ready { term: u64 },
+}
+
+/// One partition, both sides.
+#[derive(Debug)]
+struct Partition {
+    /// Host side: bumped on every `Collect` this host answers for the partition.
+    term: u64,
+    /// Host side: this host's live activations in the partition.
+    live: HashMap<ActorId, Arc<str>>,
+    /// Owner side.
+    state: OwnerState,
+    /// Owner side: the entries (or, when no longer owner, what was held as owner).
+    table: EntryTable,
+}
+
+impl Partition {
+    fn new() -> Self {
+        Partition {
+            term: 0,
+            live: HashMap::new(),
+            state: OwnerState::Idle,
+            table: EntryTable::default(),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        matches!(self.state, OwnerState::Ready { term } if term == self.term)
+    }
+}
+
+/// An internal directory answer other than OK.
+#[derive(Debug, Clone)]
+enum Refusal {
+    NotOwner(Option<Arc<str>>),
+    Recovering,
+    NotConverged,
+}
+
+pub(crate) struct Inner {
+    me: Arc<str>,
+    views: Arc<dyn ViewSource>,
+    mesh: Arc<MeshClient>,
+    parts: Box<[Mutex<Partition>]>,
+    hasher: RandomState,
+    counters: Counters,
+    config: DirectoryConfig,
+    kick: Notify,
+}
+
+/// The directory of one host. Cheap to clone.
+#[derive(Clone)]
+pub struct Directory {
+    inner: Arc<Inner>,
+    _tasks: Arc<collect::Tasks>,
+}
+
+impl std::fmt::Debug for Directory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Directory")
+            .field("host", &self.inner.me)
+            .finish_non_exhaustive()
+    }
+}
+
+fn validate_actor(actor: Option<&ActorRef>) -> Result<&ActorRef, ActorError> {
+    let a = actor.ok_or_else(|| ActorError::invalid("directory request without an actor"))?;
+    if a.actor_type.is_empty() || a.actor_type.len() > MAX_TYPE_LEN {
+        return Err(ActorError::invalid(format!(
+            "actor type must be 1..={MAX_TYPE_LEN} bytes, got {}",
+            a.actor_type.len()
+        )));
+    }
+    if a.key.len() > MAX_KEY_LEN {
+        return Err(ActorError::invalid(format!(
+            "actor key must be at most {MAX_KEY_LEN} bytes, got {}",
+            a.key.len()
+        )));
+    }
+    Ok(a)
+}
+
+fn validate_entry<'a>(
+    entry: Option<&'a DirectoryEntry>,
+    peer: &str,
+) -> Result<(&'a ActorRef, &'a DirectoryEntry), ActorError> {
+    let e = entry.ok_or_else(|| ActorError::invalid("directory request without an entry"))?;
+    let actor = validate_actor(e.actor.as_ref())?;
+    if e.host_id != peer {
+        return Err(ActorError::invalid(format!(
+            "host {peer:?} tried to change a directory entry naming host {:?}: a host may only \
+             register and unregister its own activations",
+            e.host_id
+        )));
+    }
+    if e.activation_id.is_empty() || e.activation_id.len() > MAX_ACTIVATION_LEN {
+        return Err(ActorError::invalid(format!(
+            "activation id must be 1..={MAX_ACTIVATION_LEN} bytes"
+        )));
+    }
+    Ok((actor, e))
+}
+
+fn entry_proto(actor_type: &str, key: &str, host: &str, activation: &str) -> DirectoryEntry {
+    DirectoryEntry {
+        actor: Some(ActorRef {
+            actor_type: actor_type.to_owned(),
+            key: key.to_owned(),
+        }),
+        host_id: host.to_owned(),
+        activation_id: activation.to_owned(),
+    }
+}
+
+impl Inner {
+    fn part(&self, p: u32) -> MutexGuard<'_, Partition> {
+        self.parts[p as usize].lock().expect("partition lock")
+    }
+
+    fn retry_after_ms(&self) -> u64 {
+        self.config.retry_after.as_millis() as u64
+    }
+
+    /// The owner-side gate every owner answer passes, under the partition lock.
+    fn owner_check(&self, part: &Partition, p: u32, view: &DirView) -> Result<(), Refusal> {
+        match view.owner(p) {
+            Some(o) if o.id == self.me => {}
+            Some(o) => return Err(Refusal::NotOwner(Some(o.id.clone()))),
+            None => return Err(Refusal::NotOwner(None)),
+        }
+        if self.views.check_lease().is_err() {
+            // A fenced owner grants nothing; the caller refreshes its view (we withdraw).
+            return Err(Refusal::NotConverged);
+        }
+        if !part.is_ready() {
+            self.kick.notify_one();
+            return Err(Refusal::Recovering);
+        }
+        Ok(())
+    }
+
+    fn refusal_fields(&self, r: &Refusal) -> (i32, String, u64) {
+        match r {
+            Refusal::NotOwner(hint) => (
+                DirectoryStatus::NotOwner as i32,
+                hint.as_deref().unwrap_or("").to_owned(),
+                0,
+            ),
+            Refusal::Recovering => (
+                DirectoryStatus::Recovering as i32,
+                String::new(),
+                self.retry_after_ms(),
+            ),
+            Refusal::NotConverged => (
+                DirectoryStatus::NotConverged as i32,
+                String::new(),
+                self.retry_after_ms(),
+            ),
+        }
+    }
+
+    /// Owner side of `Lookup`.
+    pub(crate) fn owner_lookup(&self, req: &LookupRequest) -> Result<LookupResponse, ActorError> {
+        let actor = validate_actor(req.actor.as_ref())?;
+        let p = partition(&actor.actor_type, &actor.key);
+        let view = self.views.view();
+        let mut part = self.part(p);
+        if let Err(r) = self.owner_check(&part, p, &view) {
+            let (status, owner_hint, retry_after_ms) = self.refusal_fields(&r);
+            return Ok(LookupResponse {
+                status,
+                entry: None,
+                owner_hint,
+                retry_after_ms,
+            });
+        }
+        let found = part
+            .table
+            .get(&self.hasher, &actor.actor_type, &actor.key)
+            .map(|e| (e.host.clone(), e.activation.to_owned()));
+        let entry = match found {
+            // Lazy eviction (Rule 3): the entry's host left this owner's view. An owner only ever
+            // admits entries for hosts in its view, and views only move forward, so absence
+            // means departed — never "unknown to a lagging view".
+            Some((host, _)) if view.get(&host).is_none() => {
+                part.table
+                    .remove_if(&self.hasher, &actor.actor_type, &actor.key, |_| true);
+                self.counters.lazy_evictions.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Some((host, act)) => Some(entry_proto(&actor.actor_type, &actor.key, &host, &act)),
+            None => None,
+        };
+        Ok(LookupResponse {
+            status: DirectoryStatus::Ok as i32,
+            entry,
+            owner_hint: String::new(),
+            retry_after_ms: 0,
+        })
+    }
+
+    /// Owner side of `Register`.
+    pub(crate) fn owner_register(
+        &self,
+        peer: &str,
+        req: &RegisterRequest,
+    ) -> Result<RegisterResponse, ActorError> {
+        let (actor, e) = validate_entry(req.entry.as_ref(), peer)?;
+        let p = partition(&actor.actor_type, &actor.key);
+        let view = self.views.view();
+        let mut part = self.part(p);
+        let refuse = |r: Refusal| {
+            let (status, owner_hint, retry_after_ms) = self.refusal_fields(&r);
+            Ok(RegisterResponse {
+                status,
+                winner: None,
+                owner_hint,
+                retry_after_ms,
+            })
+        };
+        if let Err(r) = self.owner_check(&part, p, &view) {
+            return refuse(r);
+        }
+        // Never record a claim for a host this owner cannot see as active: its view lags ours
+        // (or ours lags), and an entry naming an unknown host could never be judged departed.
+        let requester = match view.get(peer) {
+            Some(h) if h.status == PeerStatus::Active && h.stateful => h.id.clone(),
+            _ => return refuse(Refusal::NotConverged),
+        };
+        let existing = part
+            .table
+            .get(&self.hasher, &actor.actor_type, &actor.key)
+            .map(|x| (x.host.clone(), x.activation.to_owned()));
+        let winner = match existing {
+            Some((host, act)) if view.get(&host).is_some() => {
+                entry_proto(&actor.actor_type, &actor.key, &host, &act)
+            }
+            stale => {
+                if stale.is_some() {
+                    self.counters.lazy_evictions.fetch_add(1, Ordering::Relaxed);
+                }
+                part.table.insert(
+                    &self.hasher,
+                    &actor.actor_type,
+                    &actor.key,
+                    requester,
+                    &e.activation_id,
+                );
+                e.clone()
+            }
+        };
+        Ok(RegisterResponse {
+            status: DirectoryStatus::Ok as i32,
+            winner: Some(winner),
+            owner_hint: String::new(),
+            retry_after_ms: 0,
+        })
+    }
+
+    /// Owner side of `Unregister` (conditional on host and activation id).
+    pub(crate) fn owner_unregister(
+        &self,
+        peer: &str,
+        req: &UnregisterRequest,
+    ) -> Result<UnregisterResponse, ActorError> {
+        let (actor, e) = validate_entry(req.entry.as_ref(), peer)?;
+        let p = partition(&actor.actor_type, &actor.key);
+        let view = self.views.view();
+        let mut part = self.part(p);
+        if let Err(r) = self.owner_check(&part, p, &view) {
+            let (status, owner_hint, retry_after_ms) = self.refusal_fields(&r);
+            return Ok(UnregisterResponse {
+                status,
+                removed: false,
+                owner_hint,
+                retry_after_ms,
+            });
+        }
+        let removed = part
+            .table
+            .remove_if(&self.hasher, &actor.actor_type, &actor.key, |x| {
+                **x.host == *e.host_id && x.activation == e.activation_id
+            });
+        Ok(UnregisterResponse {
+            status: DirectoryStatus::Ok as i32,
+            removed,
+            owner_hint: String::new(),
+            retry_after_ms: 0,
+        })
+    }
+
+    /// Host side of `Collect` (Rule 2).
+    pub(crate) fn answer_collect(
+        &self,
+        peer: &str,
+        req: &CollectRequest,
+    ) -> Result<CollectResponse, ActorError> {
+        if req.requester != peer {
+            return Err(ActorError::invalid(format!(
+                "host {peer:?} sent a Collect on behalf of {:?}",
+                req.requester
+            )));
+        }
+        let view = self.views.view();
+        let not_converged = CollectResponse {
+            status: DirectoryStatus::NotConverged as i32,
+            fingerprint: view.fingerprint(),
+            entries: Vec::new(),
+        };
+        // A lapsed host must not report activations as live: it has fenced, or is about to.
+        if self.views.check_lease().is_err() {
+            return Ok(not_converged);
+        }
+        let faults = &self.config.faults;
+        if view.fingerprint() != req.fingerprint && !faults.collect_ignores_fingerprint {
+            return Ok(not_converged);
+        }
+        let mut entries = Vec::new();
+        for &p in &req.partitions {
+            if p >= PARTITIONS {
+                return Err(ActorError::invalid(format!(
+                    "partition {p} out of range (0..{PARTITIONS})"
+                )));
+            }
+            let owner_ok = view.owner(p).is_some_and(|o| *o.id == *peer);
+            if !owner_ok && !faults.collect_ignores_fingerprint {
+                return Ok(not_converged);
+            }
+        }
+        for &p in &req.partitions {
+            let mut part = self.part(p);
+            part.term += 1;
+            for (actor, act) in &part.live {
+                entries.push(entry_proto(&actor.actor_type, &actor.key, &self.me, act));
+            }
+            // Entries held as a former owner, except those naming this host (its live set above
+            // is the truth about itself). The requester treats them as hints only: every host
+            // that can hold a claim answers for itself in the same round.
+            for x in part.table.iter() {
+                if **x.host != *self.me {
+                    entries.push(entry_proto(x.actor_type, x.key, x.host, x.activation));
+                }
+            }
+            part.table.clear();
+            part.state = OwnerState::Idle;
+        }
+        tracing::debug!(
+            requester = %peer,
+            partitions = req.partitions.len(),
+            entries = entries.len(),
+            "answered Collect"
+        );
+        Ok(CollectResponse {
+            status: DirectoryStatus::Ok as i32,
+            fingerprint: view.fingerprint(),
+            entries,
+        })
+    }
+
+    fn counters(&self) -> DirectoryCounters {
+        let view = self.views.view();
+        let mut recovering = 0;
+        let mut entries = 0;
+        for p in 0..PARTITIONS {
+            let part = self.part(p);
+            let owned = view.owner(p).is_some_and(|o| o.id == self.me);
+            if owned && !part.is_ready() {
+                recovering += 1;
+            }
+            entries += part.table.len() as u64;
+        }
+        let c = &self.counters;
+        DirectoryCounters {
+            host_sweeps: c.host_sweeps.load(Ordering::Relaxed),
+            swept_entries: c.swept_entries.load(Ordering::Relaxed),
+            sweeps_skipped_graceful: c.sweeps_skipped_graceful.load(Ordering::Relaxed),
+            partitions_recovering: recovering,
+            collections_run: c.collections_run.load(Ordering::Relaxed),
+            collection_time_ms: c.collection_time_ms.load(Ordering::Relaxed),
+            conflicting_reports: c.conflicting_reports.load(Ordering::Relaxed),
+            lazy_evictions: c.lazy_evictions.load(Ordering::Relaxed),
+            entries,
+        }
+    }
+}
+
+impl Directory {
+    /// Starts the directory of this host: spawns the collector (Rule 2) and the view watcher
+    /// (Rule 3 sweeps). The tasks stop when the last clone of the `Directory` is dropped.
+    pub fn start(
+        views: Arc<dyn ViewSource>,
+        mesh: Arc<MeshClient>,
+        config: DirectoryConfig,
+    ) -> Self {
+        let inner = Arc::new(Inner {
+            me: views.self_id().into(),
+            views,
+            mesh,
+            parts: (0..PARTITIONS)
+                .map(|_| Mutex::new(Partition::new()))
+                .collect(),
+            hasher: RandomState::new(),
+            counters: Counters::default(),
+            config,
+            kick: Notify::new(),
+        });
+        let tasks = collect::Tasks::spawn(inner.clone());
+        Directory {
+            inner,
+            _tasks: Arc::new(tasks),
+        }
+    }
+
+    /// This host's id.
+    pub fn self_id(&self) -> &str {
+        &self.inner.me
+    }
+
+    /// The counters, with the number of partitions recovering right now.
+    pub fn counters(&self) -> DirectoryCounters {
+        self.inner.counters()
+    }
+
+    /// True when this host owns partition `p` in its current view and it is ready.
+    pub fn is_ready(&self, p: u32) -> bool {
+        let view = self.inner.views.view();
+        let part = self.inner.part(p);
+        view.owner(p).is_some_and(|o| o.id == self.inner.me) && part.is_ready()
+    }
+
+    /// The activation gate of Rule 1 for the runtime.
+    pub fn gate(&self) -> DirectoryGate {
+        DirectoryGate::new(self.clone())
+    }
+
+    /// Owner-side `Register` without the mesh (benchmarks and in-process callers).
+    pub fn register_local(
+        &self,
+        peer: &str,
+        req: &RegisterRequest,
+    ) -> Result<RegisterResponse, ActorError> {
+        self.inner.owner_register(peer, req)
+    }
+
+    /// Heap bytes held by the owner tables (approximate: allocator rounding excluded).
+    pub fn table_heap_bytes(&self) -> usize {
+        (0..PARTITIONS)
+            .map(|p| self.inner.part(p).table.heap_bytes())
+            .sum()
+    }
+}
+
+impl DirectoryHandler for Directory {
+    fn lookup(&self, _peer: &str, req: LookupRequest) -> Result<LookupResponse, ActorError> {
+        self.inner.owner_lookup(&req)
+    }
+    fn register(&self, peer: &str, req: RegisterRequest) -> Result<RegisterResponse, ActorError> {
+        self.inner.owner_register(peer, &req)
+    }
+    fn unregister(
+        &self,
+        peer: &str,
+        req: UnregisterRequest,
+    ) -> Result<UnregisterResponse, ActorError> {
+        self.inner.owner_unregister(peer, &req)
+    }
+    fn collect(&self, peer: &str, req: CollectRequest) -> Result<CollectResponse, ActorError> {
+        self.inner.answer_collect(peer, &req)
+    }
+}

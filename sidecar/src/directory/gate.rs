@@ -1,0 +1,441 @@
+//! The directory's client side: Rule 1 (register before activate) as the runtime's
+//! [`ActivationGate`], and `lookup` for the routing loop. Both retry the internal answers
+//! `not-owner`, `recovering` and `not-converged` inside their deadline.
+
+use super::{Directory, Inner, PARTITIONS, partition};
+use crate::mesh::{MeshCallError, PeerAddr};
+use crate::runtime::{ActivationGate, ActorId};
+use async_trait::async_trait;
+use sigx_proto::v1::{
+    ActorRef, DirectoryEntry, DirectoryStatus, LookupRequest, LookupResponse, RegisterRequest,
+    RegisterResponse, UnregisterRequest, UnregisterResponse,
+};
+use sigx_proto::{ActorError, ErrorKind};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+/// Where the directory says an actor lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Located {
+    /// The host holding the activation.
+    pub host: String,
+    /// The activation's id.
+    pub activation_id: String,
+}
+
+/// Pause before retrying an internal answer: the `retry_after` if given, else a backoff that
+/// doubles from 5 ms to 200 ms; never past the deadline.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            next: Duration::from_millis(5),
+        }
+    }
+    async fn wait(&mut self, hint_ms: u64, deadline: Instant) {
+        let d = if hint_ms > 0 {
+            Duration::from_millis(hint_ms)
+        } else {
+            let d = self.next;
+            self.next = (self.next * 2).min(Duration::from_millis(200));
+            d
+        };
+        let until = (Instant::now() + d).min(deadline);
+        tokio::time::sleep_until(until).await;
+    }
+}
+
+/// One step of an owner call: an OK answer, or why to retry.
+enum Step<T> {
+    Done(T),
+    Retry {
+        hint_ms: u64,
+        refresh: bool,
+        why: String,
+    },
+}
+
+fn classify_status(status: i32, hint_ms: u64, owner_hint: &str) -> Option<(u64, bool, String)> {
+    match DirectoryStatus::try_from(status) {
+        Ok(DirectoryStatus::Ok) => None,
+        Ok(DirectoryStatus::Recovering) => Some((hint_ms, false, "partition recovering".into())),
+        Ok(DirectoryStatus::NotOwner) => Some((
+            hint_ms,
+            true,
+            format!("not owner (owner hint {owner_hint:?})"),
+        )),
+        _ => Some((hint_ms, true, "views not converged".into())),
+    }
+}
+
+fn mesh_error_step<T>(e: MeshCallError) -> Result<Step<T>, ActorError> {
+    match e {
+        MeshCallError::Answered(err)
+            if matches!(err.kind, ErrorKind::Invalid | ErrorKind::Unauthenticated) =>
+        {
+            Err(err)
+        }
+        other => Ok(Step::Retry {
+            hint_ms: 0,
+            refresh: matches!(other, MeshCallError::Unreachable { .. }),
+            why: other.to_string(),
+        }),
+    }
+}
+
+impl Inner {
+    fn me_entry(&self, actor: &ActorId, activation_id: &str) -> DirectoryEntry {
+        DirectoryEntry {
+            actor: Some(actor.to_proto()),
+            host_id: self.me.to_string(),
+            activation_id: activation_id.to_owned(),
+        }
+    }
+
+    async fn call_register(
+        &self,
+        owner: &super::PeerInfo,
+        req: RegisterRequest,
+        deadline: Instant,
+    ) -> Result<Step<RegisterResponse>, ActorError> {
+        let resp = if owner.id == self.me {
+            self.owner_register(&self.me, &req)?
+        } else {
+            let addr = PeerAddr {
+                id: &owner.id,
+                advertise: &owner.advertise,
+            };
+            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
+            match self.mesh.register(addr, req, d).await {
+                Ok(r) => r,
+                Err(e) => return mesh_error_step(e),
+            }
+        };
+        Ok(
+            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
+                None => Step::Done(resp),
+                Some((hint_ms, refresh, why)) => Step::Retry {
+                    hint_ms,
+                    refresh,
+                    why,
+                },
+            },
+        )
+    }
+
+    async fn call_unregister(
+        &self,
+        owner: &super::PeerInfo,
+        req: UnregisterRequest,
+        deadline: Instant,
+    ) -> Result<Step<UnregisterResponse>, ActorError> {
+        let resp = if owner.id == self.me {
+            self.owner_unregister(&self.me, &req)?
+        } else {
+            let addr = PeerAddr {
+                id: &owner.id,
+                advertise: &owner.advertise,
+            };
+            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
+            match self.mesh.unregister(addr, req, d).await {
+                Ok(r) => r,
+                Err(e) => return mesh_error_step(e),
+            }
+        };
+        Ok(
+            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
+                None => Step::Done(resp),
+                Some((hint_ms, refresh, why)) => Step::Retry {
+                    hint_ms,
+                    refresh,
+                    why,
+                },
+            },
+        )
+    }
+
+    async fn call_lookup(
+        &self,
+        owner: &super::PeerInfo,
+        req: LookupRequest,
+        deadline: Instant,
+    ) -> Result<Step<LookupResponse>, ActorError> {
+        let resp = if owner.id == self.me {
+            self.owner_lookup(&req)?
+        } else {
+            let addr = PeerAddr {
+                id: &owner.id,
+                advertise: &owner.advertise,
+            };
+            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
+            match self.mesh.lookup(addr, req, d).await {
+                Ok(r) => r,
+                Err(e) => return mesh_error_step(e),
+            }
+        };
+        Ok(
+            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
+                None => Step::Done(resp),
+                Some((hint_ms, refresh, why)) => Step::Retry {
+                    hint_ms,
+                    refresh,
+                    why,
+                },
+            },
+        )
+    }
+
+    /// Unregisters `entry` at the partition's owner, retrying until `deadline`. True once the
+    /// owner answered (removed or not).
+    async fn unregister_until(
+        &self,
+        actor: &ActorId,
+        entry: DirectoryEntry,
+        deadline: Instant,
+    ) -> bool {
+        let p = partition(&actor.actor_type, &actor.key);
+        let mut backoff = Backoff::new();
+        while Instant::now() < deadline {
+            let view = self.views.view();
+            let Some(owner) = view.owner(p).cloned() else {
+                backoff.wait(0, deadline).await;
+                continue;
+            };
+            let req = UnregisterRequest {
+                entry: Some(entry.clone()),
+            };
+            match self.call_unregister(&owner, req, deadline).await {
+                Ok(Step::Done(_)) => return true,
+                Ok(Step::Retry {
+                    hint_ms, refresh, ..
+                }) => {
+                    if refresh {
+                        self.views.request_refresh();
+                    }
+                    backoff.wait(hint_ms, deadline).await;
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+/// Rule 1 for the runtime: an activation may start only after its registration won and was
+/// re-checked under the partition lock.
+#[derive(Clone, Debug)]
+pub struct DirectoryGate {
+    dir: Directory,
+}
+
+impl DirectoryGate {
+    pub(crate) fn new(dir: Directory) -> Self {
+        DirectoryGate { dir }
+    }
+
+    async fn claim_inner(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+        let inner: &Arc<Inner> = &self.dir.inner;
+        let p = partition(&actor.actor_type, &actor.key);
+        let deadline = Instant::now() + inner.config.claim_timeout;
+        let mut backoff = Backoff::new();
+        let mut last = String::from("no directory owner in this host's view");
+        while Instant::now() < deadline {
+            self.check_serving()?;
+            let view = inner.views.view();
+            let Some(owner) = view.owner(p).cloned() else {
+                inner.views.request_refresh();
+                backoff.wait(0, deadline).await;
+                continue;
+            };
+            // The term before the Register leaves: if a new owner collects this partition from
+            // us meanwhile, the term moves and the grant below is worthless.
+            let term0 = inner.part(p).term;
+            let req = RegisterRequest {
+                entry: Some(inner.me_entry(actor, activation_id)),
+            };
+            let resp = match inner.call_register(&owner, req, deadline).await? {
+                Step::Done(resp) => resp,
+                Step::Retry {
+                    hint_ms,
+                    refresh,
+                    why,
+                } => {
+                    if refresh {
+                        inner.views.request_refresh();
+                    }
+                    last = format!("{} at {}", why, owner.id);
+                    backoff.wait(hint_ms, deadline).await;
+                    continue;
+                }
+            };
+            let winner = resp.winner.unwrap_or_default();
+            if winner.host_id == *inner.me && winner.activation_id == activation_id {
+                // Rule 1's re-check, under the partition lock: same owner, same term.
+                let mut part = inner.part(p);
+                let view_now = inner.views.view();
+                let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
+                let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
+                if same_owner && same_term && inner.views.check_lease().is_ok() {
+                    part.live.insert(actor.clone(), activation_id.into());
+                    tracing::debug!(owner = %owner.id, "claim won");
+                    return Ok(());
+                }
+                drop(part);
+                last = format!(
+                    "grant from {} overtaken (owner moved: {}, term moved: {})",
+                    owner.id, !same_owner, !same_term
+                );
+                continue;
+            }
+            if winner.host_id == *inner.me {
+                // An entry naming this host under another activation id. If that activation is
+                // not live here, it is a leftover (a release whose Unregister was lost): remove
+                // it, conditionally, and claim again.
+                let live_here = inner
+                    .part(p)
+                    .live
+                    .get(actor)
+                    .is_some_and(|a| **a == *winner.activation_id);
+                if live_here {
+                    return Err(ActorError::wrong_host(format!(
+                        "actor {actor} is already active on this host as activation {}",
+                        winner.activation_id
+                    ))
+                    .with_owner_hint(inner.me.to_string()));
+                }
+                let stale = winner.clone();
+                inner.unregister_until(actor, stale, deadline).await;
+                last = format!("removed a leftover entry {}", winner.activation_id);
+                continue;
+            }
+            return Err(ActorError::wrong_host(format!(
+                "actor {actor} is active on host {}",
+                winner.host_id
+            ))
+            .with_owner_hint(winner.host_id));
+        }
+        Err(ActorError::timeout(format!(
+            "could not register actor {actor} in the directory within {:?} (last: {last})",
+            inner.config.claim_timeout
+        )))
+    }
+
+    /// Where the directory says `actor` lives (`None`: nowhere, place it), retrying the
+    /// internal answers until `deadline`.
+    pub async fn lookup(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<Located>, ActorError> {
+        self.dir.lookup(actor, deadline).await
+    }
+}
+
+impl Directory {
+    /// Where the directory says `actor` lives (`None`: registered nowhere), asking the
+    /// partition's owner in this host's view and retrying `not-owner`, `recovering` and
+    /// `not-converged` until `deadline` (then `timeout`).
+    pub async fn lookup(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<Located>, ActorError> {
+        let inner = &self.inner;
+        let p = partition(&actor.actor_type, &actor.key);
+        debug_assert!(p < PARTITIONS);
+        let mut backoff = Backoff::new();
+        let mut last = String::from("no directory owner in this host's view");
+        while Instant::now() < deadline {
+            let view = inner.views.view();
+            let Some(owner) = view.owner(p).cloned() else {
+                inner.views.request_refresh();
+                backoff.wait(0, deadline).await;
+                continue;
+            };
+            let req = LookupRequest {
+                actor: Some(ActorRef {
+                    actor_type: actor.actor_type.to_string(),
+                    key: actor.key.to_string(),
+                }),
+            };
+            match inner.call_lookup(&owner, req, deadline).await? {
+                Step::Done(resp) => {
+                    return Ok(resp.entry.map(|e| Located {
+                        host: e.host_id,
+                        activation_id: e.activation_id,
+                    }));
+                }
+                Step::Retry {
+                    hint_ms,
+                    refresh,
+                    why,
+                } => {
+                    if refresh {
+                        inner.views.request_refresh();
+                    }
+                    last = format!("{} at {}", why, owner.id);
+                    backoff.wait(hint_ms, deadline).await;
+                }
+            }
+        }
+        Err(ActorError::timeout(format!(
+            "directory lookup of {actor} did not complete before the deadline (last: {last})"
+        )))
+    }
+}
+
+#[async_trait]
+impl ActivationGate for DirectoryGate {
+    fn check_serving(&self) -> Result<(), ActorError> {
+        self.dir.inner.views.check_lease()
+    }
+
+    fn check_accepting(&self) -> Result<(), ActorError> {
+        let inner = &self.dir.inner;
+        let view = inner.views.view();
+        match view.get(&inner.me).map(|h| h.status) {
+            Some(super::PeerStatus::Active) => Ok(()),
+            Some(super::PeerStatus::Leaving) => Err(ActorError::wrong_host(format!(
+                "host {} is leaving and takes no new activations; place the actor elsewhere",
+                inner.me
+            ))),
+            _ => Err(ActorError::wrong_host(format!(
+                "host {} is not active in its own view yet; place the actor elsewhere",
+                inner.me
+            ))),
+        }
+    }
+
+    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+        self.check_serving()?;
+        self.check_accepting()?;
+        let span =
+            tracing::debug_span!("directory.claim", host = %self.dir.inner.me, actor = %actor);
+        self.claim_inner(actor, activation_id)
+            .instrument(span)
+            .await
+    }
+
+    async fn release(&self, actor: &ActorId, activation_id: &str) {
+        let inner = &self.dir.inner;
+        let p = partition(&actor.actor_type, &actor.key);
+        {
+            let mut part = inner.part(p);
+            if part.live.get(actor).is_some_and(|a| **a == *activation_id) {
+                part.live.remove(actor);
+            }
+        }
+        let deadline = Instant::now() + inner.config.release_timeout;
+        let entry = inner.me_entry(actor, activation_id);
+        if !inner.unregister_until(actor, entry, deadline).await {
+            // Not a safety problem: the activation is gone and no longer reported live, so the
+            // next collection drops the entry, and a claim that meets it removes it.
+            tracing::warn!(host = %inner.me, %actor, "could not unregister a released activation; it will be cleaned up lazily");
+        }
+    }
+}

@@ -1,0 +1,279 @@
+//! What the directory needs to know about membership, and nothing more: a snapshot of the hosts
+//! with their status and whether they hold claims ([`DirView`]), and a source of snapshots with
+//! a synchronous lease check ([`ViewSource`]).
+//!
+//! The directory depends on this narrow seam rather than on the membership module, so the
+//! simulator can drive it with hand-built views and the host can adapt any membership provider
+//! (see [`ViewCell`]). A `DirView` precomputes the owner of all 4096 partitions once per view
+//! change; every directory operation then finds its owner by indexing.
+
+use super::hash::{self, PARTITIONS};
+use sigx_proto::ActorError;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// Where a host stands in its lifecycle (mirrors `HostStatus`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerStatus {
+    /// Published, not serving: owns nothing, holds no claims.
+    Joining,
+    /// Serving.
+    Active,
+    /// Stopping: still holds activations until it has unregistered them.
+    Leaving,
+}
+
+/// One host as the directory sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    /// Host id (unique per incarnation; never returns once gone).
+    pub id: Arc<str>,
+    /// Mesh address `host:port`.
+    pub advertise: Arc<str>,
+    /// Lifecycle status.
+    pub status: PeerStatus,
+    /// Registers at least one stateful type (or publishes no type list: "registers
+    /// everything"). Only such hosts own partitions and hold claims.
+    pub stateful: bool,
+}
+
+impl PeerInfo {
+    /// A peer record.
+    pub fn new(
+        id: impl Into<Arc<str>>,
+        advertise: impl Into<Arc<str>>,
+        status: PeerStatus,
+        stateful: bool,
+    ) -> Self {
+        PeerInfo {
+            id: id.into(),
+            advertise: advertise.into(),
+            status,
+            stateful,
+        }
+    }
+
+    /// Active and stateful: eligible to own partitions.
+    pub fn is_directory_eligible(&self) -> bool {
+        self.status == PeerStatus::Active && self.stateful
+    }
+
+    /// A host that may hold live activations: stateful and active or leaving.
+    pub fn may_hold_claims(&self) -> bool {
+        self.stateful && matches!(self.status, PeerStatus::Active | PeerStatus::Leaving)
+    }
+}
+
+/// An immutable membership snapshot with the partition owners precomputed.
+#[derive(Debug)]
+pub struct DirView {
+    version: u64,
+    hosts: Vec<PeerInfo>,
+    fingerprint: u64,
+    /// Index into `hosts` of each partition's owner; `u32::MAX` when no host is eligible.
+    owners: Box<[u32]>,
+}
+
+const NO_OWNER: u32 = u32::MAX;
+
+impl DirView {
+    /// A view from its hosts (any order; duplicates by id keep the last).
+    pub fn new(version: u64, mut hosts: Vec<PeerInfo>) -> Self {
+        hosts.sort_by(|a, b| a.id.cmp(&b.id));
+        hosts.dedup_by(|later, earlier| {
+            if later.id == earlier.id {
+                *earlier = later.clone();
+                true
+            } else {
+                false
+            }
+        });
+        let eligible: Vec<(u32, &str)> = hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.is_directory_eligible())
+            .map(|(i, h)| (i as u32, &*h.id))
+            .collect();
+        let fingerprint = hash::fingerprint(eligible.iter().map(|(_, id)| *id));
+        let owners = (0..PARTITIONS)
+            .map(|p| {
+                let mut best: Option<(u64, u32, &str)> = None;
+                for &(i, id) in &eligible {
+                    let w = hash::weight(p, id);
+                    best = match best {
+                        Some((bw, bi, bid)) if bw > w || (bw == w && bid <= id) => {
+                            Some((bw, bi, bid))
+                        }
+                        _ => Some((w, i, id)),
+                    };
+                }
+                best.map(|(_, i, _)| i).unwrap_or(NO_OWNER)
+            })
+            .collect();
+        DirView {
+            version,
+            hosts,
+            fingerprint,
+            owners,
+        }
+    }
+
+    /// An empty view (nothing known yet).
+    pub fn empty() -> Self {
+        DirView::new(0, Vec::new())
+    }
+
+    /// The membership version this snapshot was built from (comparable only within a process).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The hosts, sorted by id.
+    pub fn hosts(&self) -> &[PeerInfo] {
+        &self.hosts
+    }
+
+    /// A host by id.
+    pub fn get(&self, id: &str) -> Option<&PeerInfo> {
+        self.hosts
+            .binary_search_by(|h| (*h.id).cmp(id))
+            .ok()
+            .map(|i| &self.hosts[i])
+    }
+
+    /// The hash of the sorted ids of the active stateful hosts: equal fingerprints agree on
+    /// every partition's owner.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+
+    /// The owner of partition `p` in this view.
+    pub fn owner(&self, p: u32) -> Option<&PeerInfo> {
+        match self.owners.get(p as usize) {
+            Some(&i) if i != NO_OWNER => Some(&self.hosts[i as usize]),
+            _ => None,
+        }
+    }
+
+    /// The hosts a new owner must collect from: stateful, active or leaving, other than `me`.
+    pub fn claim_holders_except<'a>(&'a self, me: &'a str) -> impl Iterator<Item = &'a PeerInfo> {
+        self.hosts
+            .iter()
+            .filter(move |h| h.may_hold_claims() && &*h.id != me)
+    }
+}
+
+/// Where the directory gets membership from.
+pub trait ViewSource: Send + Sync + 'static {
+    /// This host's id.
+    fn self_id(&self) -> &str;
+    /// The current view.
+    fn view(&self) -> Arc<DirView>;
+    /// A receiver that sees every new view (intermediate ones may be skipped).
+    fn subscribe(&self) -> watch::Receiver<Arc<DirView>>;
+    /// Synchronous: is this host's lease valid right now on both clocks? `Err(fenced)` if not.
+    fn check_lease(&self) -> Result<(), ActorError>;
+    /// Asks membership to re-read the store soon (a peer said our view lags). Coalesced by the
+    /// provider; the default does nothing.
+    fn request_refresh(&self) {}
+}
+
+type LeaseCheck = dyn Fn() -> Result<(), ActorError> + Send + Sync;
+type RefreshHook = dyn Fn() + Send + Sync;
+
+/// A [`ViewSource`] fed by whoever observes membership: the host's adapter publishes a
+/// [`DirView`] for each membership change, the simulator publishes hand-built ones.
+pub struct ViewCell {
+    self_id: Arc<str>,
+    tx: watch::Sender<Arc<DirView>>,
+    lease: Box<LeaseCheck>,
+    refresh: Mutex<Option<Box<RefreshHook>>>,
+}
+
+impl std::fmt::Debug for ViewCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ViewCell")
+            .field("self_id", &self.self_id)
+            .field("version", &self.tx.borrow().version())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ViewCell {
+    /// A cell for host `self_id`, starting with `initial`, asking `lease` for the lease check.
+    pub fn new(
+        self_id: impl Into<Arc<str>>,
+        initial: DirView,
+        lease: impl Fn() -> Result<(), ActorError> + Send + Sync + 'static,
+    ) -> Self {
+        let (tx, _rx) = watch::channel(Arc::new(initial));
+        ViewCell {
+            self_id: self_id.into(),
+            tx,
+            lease: Box::new(lease),
+            refresh: Mutex::new(None),
+        }
+    }
+
+    /// Publishes a new view.
+    pub fn publish(&self, view: DirView) {
+        self.tx.send_replace(Arc::new(view));
+    }
+
+    /// Installs the hook [`ViewSource::request_refresh`] calls.
+    pub fn on_refresh_request(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self.refresh.lock().expect("refresh hook lock") = Some(Box::new(hook));
+    }
+}
+
+impl ViewSource for ViewCell {
+    fn self_id(&self) -> &str {
+        &self.self_id
+    }
+    fn view(&self) -> Arc<DirView> {
+        self.tx.borrow().clone()
+    }
+    fn subscribe(&self) -> watch::Receiver<Arc<DirView>> {
+        self.tx.subscribe()
+    }
+    fn check_lease(&self) -> Result<(), ActorError> {
+        (self.lease)()
+    }
+    fn request_refresh(&self) {
+        if let Some(hook) = &*self.refresh.lock().expect("refresh hook lock") {
+            hook();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(id: &str, status: PeerStatus, stateful: bool) -> PeerInfo {
+        PeerInfo::new(id, format!("{id}:1"), status, stateful)
+    }
+
+    #[test]
+    fn owners_are_rendezvous_over_active_stateful_hosts_only() {
+        let v = DirView::new(
+            1,
+            vec![
+                peer("c", PeerStatus::Active, true),
+                peer("a", PeerStatus::Active, true),
+                peer("w", PeerStatus::Active, false),
+                peer("j", PeerStatus::Joining, true),
+                peer("l", PeerStatus::Leaving, true),
+                peer("b", PeerStatus::Active, true),
+            ],
+        );
+        assert_eq!(v.hosts()[0].id.as_ref(), "a");
+        assert_eq!(v.fingerprint(), hash::fingerprint(["a", "b", "c"]));
+        for p in 0..PARTITIONS {
+            assert_eq!(v.owner(p).map(|h| &*h.id), hash::owner(p, ["a", "b", "c"]));
+        }
+        let holders: Vec<_> = v.claim_holders_except("a").map(|h| &*h.id).collect();
+        assert_eq!(holders, ["b", "c", "l"]);
+        assert!(DirView::empty().owner(0).is_none());
+    }
+}
