@@ -1,0 +1,43 @@
+//! Placement policies: where a new activation goes among the eligible hosts.
+
+use crate::membership::HostDescriptor;
+use rand::RngExt;
+
+/// A placement policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// A uniformly random eligible host (the default: spreads load with no coordination).
+    #[default]
+    Random,
+    /// This host when it is eligible (saves the hop), otherwise random.
+    PreferLocal,
+}
+
+impl Policy {
+    /// Picks among `candidates` (already filtered for eligibility).
+    pub fn pick<'v>(
+        self,
+        candidates: &[&'v HostDescriptor],
+        self_id: &str,
+    ) -> Option<&'v HostDescriptor> {
+        if candidates.is_empty() {
+            return None;
+        }
+        if self == Policy::PreferLocal
+            && let Some(me) = candidates.iter().find(|h| h.id == self_id)
+        {
+            return Some(me);
+        }
+        let i = rand::rng().random_range(0..candidates.len());
+        Some(candidates[i])
+    }
+}
+
+impl From<crate::config::PlacementPolicy> for Policy {
+    fn from(p: crate::config::PlacementPolicy) -> Self {
+        match p {
+            crate::config::PlacementPolicy::Random => Policy::Random,
+            crate::config::PlacementPolicy::PreferLocal => Policy::PreferLocal,
+        }
+    }
+}

@@ -1,0 +1,538 @@
+//! The routing loop (DESIGN.md §5) and the inbound side of `Deliver`: where a call goes, what
+//! is retried, and what reaches the caller unchanged.
+//!
+//! Exactly three answers are retried — `unreachable`, `wrong-host`, `unplaceable` — because each
+//! proves the call never ran. Answers that carry a `retry_after` (a partition handing over, an
+//! actor moving) are waited on within the call's deadline without spending a retry, so a handoff
+//! delays calls but fails none. A call whose connection died in flight is `outcome-unknown` and
+//! is never retried: only the caller knows whether its method is idempotent.
+
+use super::{Policy, RouteCache, choose, eligible, is_eligible};
+use crate::app::Dispatcher;
+use crate::health::HostState;
+use crate::membership::{MemberFilter, MembershipHandle, MembershipView};
+use crate::mesh::{DeliverHandler, MeshCallError, MeshClient, PeerAddr};
+use crate::runtime::{ActorId, Runtime};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use sigx_proto::v1;
+use sigx_proto::{ActorError, ErrorKind};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Where the directory says an actor lives.
+#[async_trait]
+pub trait Locator: Send + Sync + 'static {
+    /// The host holding `actor`'s activation according to its partition owner, or `None` when
+    /// it is not registered. Internal directory answers are retried inside `deadline`.
+    async fn locate(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<String>, ActorError>;
+
+    /// Counters to report in `Status`, by stable name.
+    fn counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}
+
+/// Counters of the routing loop.
+#[derive(Debug, Default)]
+pub struct RouterCounters {
+    pub local_dispatches: AtomicU64,
+    pub remote_dispatches: AtomicU64,
+    pub targeted_dispatches: AtomicU64,
+    pub inbound_deliveries: AtomicU64,
+    pub retries_unreachable: AtomicU64,
+    pub retries_wrong_host: AtomicU64,
+    pub retries_unplaceable: AtomicU64,
+    pub transient_waits: AtomicU64,
+}
+
+impl RouterCounters {
+    fn snapshot(&self) -> Vec<(String, u64)> {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        vec![
+            ("localDispatches".into(), g(&self.local_dispatches)),
+            ("remoteDispatches".into(), g(&self.remote_dispatches)),
+            ("targetedDispatches".into(), g(&self.targeted_dispatches)),
+            ("inboundDeliveries".into(), g(&self.inbound_deliveries)),
+            ("retriesUnreachable".into(), g(&self.retries_unreachable)),
+            ("retriesWrongHost".into(), g(&self.retries_wrong_host)),
+            ("retriesUnplaceable".into(), g(&self.retries_unplaceable)),
+            ("transientWaits".into(), g(&self.transient_waits)),
+        ]
+    }
+}
+
+/// Routing settings.
+#[derive(Debug, Clone)]
+pub struct RouterConfig {
+    /// Retries on unreachable / wrong-host / unplaceable (default 3).
+    pub retries: u32,
+    /// Where new activations go.
+    pub policy: Policy,
+    /// Pause before a retry, multiplied by the attempt number.
+    pub backoff: Duration,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        RouterConfig {
+            retries: 3,
+            policy: Policy::Random,
+            backoff: Duration::from_millis(10),
+        }
+    }
+}
+
+/// The cluster's dispatcher: routes calls, answers inbound deliveries, reports status.
+pub struct Router {
+    me: Arc<str>,
+    cfg: RouterConfig,
+    membership: MembershipHandle,
+    runtime: Runtime,
+    mesh: Arc<MeshClient>,
+    locator: Arc<dyn Locator>,
+    state: Arc<HostState>,
+    routes: RouteCache,
+    counters: RouterCounters,
+}
+
+enum Target {
+    Local,
+    Remote { id: String, advertise: String },
+}
+
+impl Router {
+    /// A router for this host.
+    pub fn new(
+        cfg: RouterConfig,
+        membership: MembershipHandle,
+        runtime: Runtime,
+        mesh: Arc<MeshClient>,
+        locator: Arc<dyn Locator>,
+        state: Arc<HostState>,
+    ) -> Self {
+        Router {
+            me: membership.self_id().into(),
+            cfg,
+            membership,
+            runtime,
+            mesh,
+            locator,
+            state,
+            routes: RouteCache::default(),
+            counters: RouterCounters::default(),
+        }
+    }
+
+    /// The routing counters.
+    pub fn counters(&self) -> &RouterCounters {
+        &self.counters
+    }
+
+    /// Whether `actor_type` is stateful as far as this host can tell: its own registration
+    /// first, then the descriptors of the view (no type list, or the type listed as stateful).
+    fn is_stateful_type(&self, view: &MembershipView, actor_type: &str) -> bool {
+        if let Some(stateful) = self.runtime.registers(actor_type) {
+            return stateful;
+        }
+        eligible(view, actor_type)
+            .iter()
+            .any(|h| match (&h.types, &h.stateful_types) {
+                (None, _) | (Some(_), None) => true,
+                (Some(_), Some(s)) => s.iter().any(|t| t == actor_type),
+            })
+    }
+
+    fn target(&self, view: &MembershipView, id: &str) -> Result<Target, ActorError> {
+        if id == &*self.me {
+            return Ok(Target::Local);
+        }
+        match view.get(id) {
+            Some(h) => Ok(Target::Remote {
+                id: h.id.clone(),
+                advertise: h.advertise.clone(),
+            }),
+            None => Err(ActorError::unreachable(format!(
+                "host {id} is not in this host's membership view: the call never ran"
+            ))),
+        }
+    }
+
+    /// Decides where one attempt goes.
+    async fn resolve(
+        &self,
+        view: &Arc<MembershipView>,
+        actor: &ActorId,
+        hint: Option<String>,
+        deadline: Instant,
+    ) -> Result<String, ActorError> {
+        let ty = &*actor.actor_type;
+        if !self.is_stateful_type(view, ty) {
+            // Workers run on the host that receives the call, when it registers them.
+            if self.runtime.registers(ty) == Some(false) {
+                return Ok(self.me.to_string());
+            }
+            return Ok(choose(self.cfg.policy, view, ty, &self.me)?.id.clone());
+        }
+        if let Some(h) = hint
+            && view.get(&h).is_some_and(|d| d.registers(ty))
+        {
+            return Ok(h);
+        }
+        if let Some(h) = self.routes.get(view, actor) {
+            return Ok(h);
+        }
+        if let Some(h) = self.locator.locate(actor, deadline).await? {
+            // A host still in the view holds the activation (a leaving host too, until it has
+            // unregistered). A host absent from the view departed: place anew.
+            if view.get(&h).is_some_and(|d| d.registers(ty)) {
+                return Ok(h);
+            }
+        }
+        Ok(choose(self.cfg.policy, view, ty, &self.me)?.id.clone())
+    }
+
+    async fn attempt(
+        &self,
+        view: &Arc<MembershipView>,
+        host: &str,
+        actor: &ActorId,
+        method: &str,
+        payload: &Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        match self.target(view, host)? {
+            Target::Local => {
+                self.counters
+                    .local_dispatches
+                    .fetch_add(1, Ordering::Relaxed);
+                self.runtime
+                    .invoke(actor, method, payload.clone(), deadline)
+                    .await
+            }
+            Target::Remote { id, advertise } => {
+                self.counters
+                    .remote_dispatches
+                    .fetch_add(1, Ordering::Relaxed);
+                let req = v1::DeliverRequest {
+                    actor: Some(actor.to_proto()),
+                    method: method.to_string(),
+                    payload: payload.clone(),
+                    timeout_ms: 0,
+                    targeted: false,
+                };
+                self.mesh
+                    .deliver(
+                        PeerAddr {
+                            id: &id,
+                            advertise: &advertise,
+                        },
+                        req,
+                        deadline,
+                    )
+                    .await
+                    .map_err(MeshCallError::into_actor_error)
+            }
+        }
+    }
+
+    /// The routing loop.
+    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor, method))]
+    pub async fn route(
+        &self,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let mut retries = 0u32;
+        let mut hint: Option<String> = None;
+        loop {
+            let view = self.membership.view();
+            let outcome = match self.resolve(&view, actor, hint.take(), deadline).await {
+                Ok(host) => self
+                    .attempt(&view, &host, actor, method, &payload, deadline)
+                    .await
+                    .inspect(|_| self.routes.put(&view, actor, &host)),
+                Err(e) => Err(e),
+            };
+            let err = match outcome {
+                Ok(bytes) => return Ok(bytes),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(if err.kind == ErrorKind::Timeout {
+                    err
+                } else {
+                    ActorError::timeout(format!(
+                        "call {actor}.{method} passed its deadline while routing (last answer: {err})"
+                    ))
+                });
+            }
+            // A transient answer (handoff in progress): wait within the deadline, spend no retry.
+            if let Some(after) = err.retry_after
+                && err.kind.is_retryable_route()
+            {
+                self.counters
+                    .transient_waits
+                    .fetch_add(1, Ordering::Relaxed);
+                self.routes.evict(actor);
+                hint = err.owner_hint.clone();
+                tokio::time::sleep_until((Instant::now() + after).min(deadline)).await;
+                continue;
+            }
+            if !err.kind.is_retryable_route() {
+                return Err(err);
+            }
+            self.routes.evict(actor);
+            let counter = match err.kind {
+                ErrorKind::Unreachable => &self.counters.retries_unreachable,
+                ErrorKind::WrongHost => &self.counters.retries_wrong_host,
+                _ => &self.counters.retries_unplaceable,
+            };
+            if retries >= self.cfg.retries {
+                return Err(ActorError::activation(
+                    format!(
+                        "call {actor}.{method} could not be placed after {} attempts",
+                        retries + 1
+                    ),
+                    err,
+                ));
+            }
+            counter.fetch_add(1, Ordering::Relaxed);
+            retries += 1;
+            tracing::debug!(attempt = retries, error = %err, "retrying: the call never ran");
+            match err.kind {
+                ErrorKind::WrongHost => hint = err.owner_hint.clone(),
+                ErrorKind::Unplaceable | ErrorKind::Unreachable => {
+                    // Against a refreshed view: the one pod registering a type may be mid-join,
+                    // or the unreachable host may already be gone.
+                    let _ = tokio::time::timeout_at(deadline, self.membership.refresh()).await;
+                }
+                _ => {}
+            }
+            let pause = self.cfg.backoff * retries;
+            tokio::time::sleep_until((Instant::now() + pause).min(deadline)).await;
+        }
+    }
+
+    fn members_of(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
+        members_response(&self.membership.view(), req)
+    }
+}
+
+fn members_response(view: &MembershipView, req: &v1::MembersRequest) -> v1::MembersResponse {
+    let filter = MemberFilter {
+        any_status: req.status == v1::MemberStatusFilter::Any as i32,
+        registers: (!req.registers.is_empty()).then(|| req.registers.clone()),
+    };
+    v1::MembersResponse {
+        version: view.version,
+        hosts: view
+            .members(&filter)
+            .into_iter()
+            .map(|h| h.to_proto())
+            .collect(),
+    }
+}
+
+#[async_trait]
+impl Dispatcher for Router {
+    async fn call(
+        &self,
+        actor: ActorId,
+        method: String,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        self.route(&actor, &method, payload, deadline).await
+    }
+
+    async fn dispatch_on(
+        &self,
+        host_id: String,
+        worker: ActorId,
+        method: String,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let view = self.membership.view();
+        if self.runtime.registers(&worker.actor_type) == Some(true)
+            || view
+                .get(&host_id)
+                .and_then(|h| h.stateful_types.as_ref())
+                .is_some_and(|s| s.iter().any(|t| **t == *worker.actor_type))
+        {
+            return Err(ActorError::invalid(format!(
+                "{:?} is a stateful actor type: DispatchOn targets workers only (placement decides \
+                 where an actor lives); use Call",
+                worker.actor_type
+            )));
+        }
+        self.counters
+            .targeted_dispatches
+            .fetch_add(1, Ordering::Relaxed);
+        // Self-targets run in process: a host often cannot reach its own advertised address,
+        // and a fenced host can still serve its own workers.
+        if host_id == *self.me {
+            return self
+                .runtime
+                .invoke(&worker, &method, payload, deadline)
+                .await;
+        }
+        let Some(host) = view.get(&host_id) else {
+            return Err(ActorError::unreachable(format!(
+                "host {host_id:?} is not in this host's membership view (departed, or never \
+                 joined); pick one from Members"
+            )));
+        };
+        let req = v1::DeliverRequest {
+            actor: Some(worker.to_proto()),
+            method,
+            payload,
+            timeout_ms: 0,
+            targeted: true,
+        };
+        self.mesh
+            .deliver(
+                PeerAddr {
+                    id: &host.id,
+                    advertise: &host.advertise,
+                },
+                req,
+                deadline,
+            )
+            .await
+            .map_err(MeshCallError::into_actor_error)
+    }
+
+    fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
+        self.members_of(req)
+    }
+
+    fn watch_members(&self, req: v1::MembersRequest) -> BoxStream<'static, v1::MembersResponse> {
+        let rx = self.membership.subscribe();
+        tokio_stream::wrappers::WatchStream::new(rx)
+            .map(move |view| members_response(&view, &req))
+            .boxed()
+    }
+
+    fn status(&self) -> v1::StatusResponse {
+        let view = self.membership.view();
+        let mut counters: BTreeMap<String, u64> = self.runtime.counters().snapshot();
+        counters.extend(self.counters.snapshot());
+        counters.extend(self.locator.counters());
+        for (name, value) in self.membership.counters().named() {
+            counters.insert(name.to_string(), value);
+        }
+        let mut host = self.membership.descriptor().to_proto();
+        if let Some(me) = view.get(&self.me) {
+            host.status = me.status.to_proto() as i32;
+        }
+        v1::StatusResponse {
+            host: Some(host),
+            state: self.state.state_name().to_string(),
+            fence_reason: self.state.fence_reason().unwrap_or_default(),
+            app_connected: self.runtime.app().is_some(),
+            activations: self
+                .runtime
+                .activation_counts()
+                .into_iter()
+                .map(|(actor_type, activations)| v1::TypeActivations {
+                    actor_type,
+                    activations,
+                })
+                .collect(),
+            counters: counters.into_iter().collect(),
+            view: Some(members_response(
+                &view,
+                &v1::MembersRequest {
+                    status: v1::MemberStatusFilter::Any as i32,
+                    registers: String::new(),
+                },
+            )),
+        }
+    }
+}
+
+/// Runs calls delivered by peers.
+pub struct Inbound {
+    runtime: Runtime,
+    membership: MembershipHandle,
+    counters: Arc<Router>,
+}
+
+impl Inbound {
+    /// The inbound side of `router`.
+    pub fn new(router: Arc<Router>) -> Self {
+        Inbound {
+            runtime: router.runtime.clone(),
+            membership: router.membership.clone(),
+            counters: router,
+        }
+    }
+}
+
+#[async_trait]
+impl DeliverHandler for Inbound {
+    async fn deliver(
+        &self,
+        peer: &str,
+        req: v1::DeliverRequest,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let Some(actor) = req.actor.as_ref().map(ActorId::from_proto) else {
+            return Err(ActorError::invalid("Deliver without an actor"));
+        };
+        self.counters
+            .counters
+            .inbound_deliveries
+            .fetch_add(1, Ordering::Relaxed);
+        let me = self.membership.self_id();
+        match self.runtime.registers(&actor.actor_type) {
+            // The receiving side enforces registration too: wrong-host with no owner hint, so
+            // the caller evicts its route and re-places (never a terminal 404).
+            None => Err(ActorError::wrong_host(format!(
+                "host {me} does not register type {:?} (called by {peer}): it never ran; re-place",
+                actor.actor_type
+            ))),
+            Some(true) if req.targeted => Err(ActorError::invalid(format!(
+                "{:?} is a stateful actor type: DispatchOn targets workers only",
+                actor.actor_type
+            ))),
+            Some(true) => {
+                // Only an active host takes new activations; the gate answers for that, and
+                // the runtime routes calls to live activations even while leaving.
+                let view = self.membership.view();
+                let self_desc = view.get(me);
+                if !self.runtime.is_active(&actor)
+                    && !self_desc.is_some_and(|d| is_eligible(d, &actor.actor_type))
+                {
+                    return Err(ActorError::wrong_host(format!(
+                        "host {me} is not accepting new activations ({}): it never ran; re-place",
+                        self_desc
+                            .map(|d| d.status.as_str())
+                            .unwrap_or("not in its own view")
+                    )));
+                }
+                self.runtime
+                    .invoke(&actor, &req.method, req.payload, deadline)
+                    .await
+            }
+            Some(false) => {
+                self.runtime
+                    .invoke(&actor, &req.method, req.payload, deadline)
+                    .await
+            }
+        }
+    }
+}
