@@ -468,3 +468,29 @@ fn an_unbounded_list_under_a_rule_is_caught() {
         "expected a bounds/cost warning, got {warnings:?}"
     );
 }
+
+/// The walkthrough's CRs (`examples/k8s/`) are accepted by the CEL rules and parse into the types.
+#[test]
+fn the_examples_pass_the_rules() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/k8s");
+    let validator = Validator::new();
+    let mut checked = 0;
+    for (file, plural) in [
+        ("cluster.yaml", "actorclusters"),
+        ("role-web.yaml", "actorroles"),
+        ("role-engine.yaml", "actorroles"),
+    ] {
+        let text = std::fs::read_to_string(dir.join(file)).expect(file);
+        let object: Value = serde_saphyr::from_str(&text).expect(file);
+        if plural == "actorclusters" {
+            serde_json::from_value::<sigx_crds::ActorCluster>(object.clone()).expect(file);
+        } else {
+            serde_json::from_value::<sigx_crds::ActorRole>(object.clone()).expect(file);
+        }
+        if let Err(errors) = validator.validate(&schema(plural), &object, None) {
+            panic!("{file} is refused: {errors:?}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+}
