@@ -1,1 +1,94 @@
-fn main() {}
+//! `sigx`: the command line of the sigx actor runtime.
+//!
+//! * `sigx call <Type>/<key> <method> [json]`: call an actor through a sidecar.
+//! * `sigx status`: what a sidecar knows about itself and the fleet.
+//! * `sigx dev up`: a local cluster of sidecars and counter apps on this machine.
+//!
+//! Exit codes: 0 success; 1 the call (or the dev workload check) failed; 2 bad usage; 3 the
+//! sidecar could not be reached.
+#![forbid(unsafe_code)]
+
+mod call;
+mod dev;
+mod duration;
+mod status;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The sidecar could not be reached (nothing listens on the socket).
+pub const EXIT_UNREACHABLE: u8 = 3;
+/// The command did run, and what it did failed (an actor error, a failed check).
+pub const EXIT_FAILED: u8 = 1;
+/// Bad usage (what clap uses too).
+pub const EXIT_USAGE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "sigx",
+    version,
+    about = "The sigx actor runtime: call actors, read status, run a local cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the sidecar is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SocketArg {
+    /// The sidecar's Unix socket.
+    #[arg(long, env = "SIGX_SOCKET", default_value = sigx_sdk::DEFAULT_SOCKET)]
+    pub socket: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Call a method on an actor (or worker) and print the reply.
+    Call(call::CallArgs),
+    /// Show a sidecar's host, state, types, activations, counters and its view of the fleet.
+    Status(status::StatusArgs),
+    /// Local development.
+    Dev {
+        #[command(subcommand)]
+        command: DevCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum DevCommand {
+    /// Start a local cluster: sidecars, each with a counter app, on 127.0.0.1.
+    Up(dev::UpArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sigx: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Call(args) => call::run(args).await,
+            Command::Status(args) => status::run(args).await,
+            Command::Dev {
+                command: DevCommand::Up(args),
+            } => dev::up(args).await,
+        }
+    })
+}

@@ -1,0 +1,907 @@
+//! `sigx dev up`: a local cluster on this machine. N sidecars on 127.0.0.1, each with a counter
+//! app beside it, sharing a SQLite membership file and a generated secret; optionally a
+//! workload that checks single activation end to end (every increment counted exactly once).
+
+use crate::duration::human;
+use crate::{EXIT_FAILED, EXIT_USAGE};
+use futures::StreamExt;
+use sigx_sdk::{ActorError, Client, MemberFilter};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// The longest Unix socket path Linux accepts is 107 bytes; leave room.
+const MAX_SOCKET_PATH: usize = 100;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Membership {
+    /// `none` for one host, `sqlite` for more.
+    Auto,
+    /// Independent single hosts (only sensible with --hosts 1).
+    None,
+    /// One SQLite file in --dir shared by every host.
+    Sqlite,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    /// How many hosts (sidecar + counter app pairs) to start.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub hosts: u32,
+    /// Where sockets, logs, the membership database and the secret go.
+    #[arg(long, default_value = ".sigx")]
+    pub dir: PathBuf,
+    /// After start, increment this many counters once from every host, then check each final
+    /// value (no lost or doubled increments). 0 = no workload.
+    #[arg(long, default_value_t = 0)]
+    pub workload: u32,
+    /// Stop the cluster after the workload (and exit non-zero when its check failed) instead of
+    /// waiting for Ctrl-C.
+    #[arg(long)]
+    pub exit_after_workload: bool,
+    /// The membership provider the hosts share.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub membership: Membership,
+    /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary).
+    #[arg(long, env = "SIGX_BIN_DIR")]
+    pub bin_dir: Option<PathBuf>,
+    /// Calls in flight per host during the workload.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: usize,
+    /// How long to wait for every host to be ready (and, clustered, to see every other host).
+    #[arg(long, default_value = "60s", value_parser = crate::duration::parse)]
+    pub ready_timeout: Duration,
+    /// Membership heartbeat, milliseconds (passed to every sidecar; default: the sidecar's).
+    #[arg(long)]
+    pub beat_ms: Option<u64>,
+    /// Membership TTL, milliseconds (passed to every sidecar; default: the sidecar's).
+    #[arg(long)]
+    pub ttl_ms: Option<u64>,
+    /// Have every counter app append activation and turn events to <dir>/trace.jsonl.
+    #[arg(long)]
+    pub trace: bool,
+}
+
+/// Why `dev up` could not bring the cluster up.
+#[derive(Debug, thiserror::Error)]
+enum UpError {
+    #[error("{0}")]
+    Usage(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn io_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UpError {
+    move |e| UpError::Failed(format!("{what}: {e}"))
+}
+
+/// One started process and where its output goes.
+struct Proc {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    exited: Option<std::process::ExitStatus>,
+}
+
+impl Proc {
+    fn spawn(name: String, mut cmd: Command, log: PathBuf) -> Result<Proc, UpError> {
+        let out =
+            std::fs::File::create(&log).map_err(io_err(format!("create {}", log.display())))?;
+        let err = out.try_clone().map_err(io_err("clone a log file handle"))?;
+        // Log files, not a terminal: no colour escapes.
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            // A group of its own: Ctrl-C in the terminal reaches `sigx` only, which then stops
+            // the children in the right order (sidecars first, so they can deactivate actors
+            // through their apps).
+            .process_group(0)
+            .kill_on_drop(true);
+        let child = cmd.spawn().map_err(io_err(format!("start {name}")))?;
+        Ok(Proc {
+            name,
+            child,
+            log,
+            exited: None,
+        })
+    }
+
+    /// `Some(status)` once the process has exited.
+    fn poll_exit(&mut self) -> Option<std::process::ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    fn signal_term(&self) {
+        if self.exited.is_some() {
+            return;
+        }
+        if let Some(pid) = self
+            .child
+            .id()
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+    }
+
+    /// Waits up to `grace` for the process to exit after SIGTERM, then kills it.
+    async fn stop(&mut self, grace: Duration) -> String {
+        if let Some(status) = self.poll_exit() {
+            return format!("{} had already exited ({status})", self.name);
+        }
+        self.signal_term();
+        match tokio::time::timeout(grace, self.child.wait()).await {
+            Ok(Ok(status)) => {
+                self.exited = Some(status);
+                if status.success() {
+                    format!("{} stopped", self.name)
+                } else {
+                    format!("{} stopped with {status}", self.name)
+                }
+            }
+            _ => {
+                let _ = self.child.kill().await;
+                format!("{} did not stop within {}; killed", self.name, human(grace))
+            }
+        }
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+/// One host of the local cluster.
+struct DevHost {
+    index: u32,
+    socket: PathBuf,
+    health: SocketAddr,
+    sidecar: Proc,
+    app: Proc,
+    host_id: Option<String>,
+}
+
+fn free_ports(n: usize) -> Result<Vec<u16>, UpError> {
+    // Hold every listener until all ports are picked, so no port is handed out twice.
+    let listeners: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<_, _>>()
+        .map_err(io_err("pick a free port on 127.0.0.1"))?;
+    listeners
+        .iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(io_err("read a port"))
+        })
+        .collect()
+}
+
+fn find_bins(args: &UpArgs) -> Result<(PathBuf, PathBuf), UpError> {
+    let dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()
+            .map_err(io_err("find the sigx binary"))?
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or_else(|| UpError::Failed("the sigx binary has no directory".into()))?,
+    };
+    let sidecar = dir.join("sigx-sidecar");
+    let app = dir.join("counter-app");
+    for bin in [&sidecar, &app] {
+        if !bin.is_file() {
+            return Err(UpError::Usage(format!(
+                "{} not found: `sigx dev up` runs the binaries next to `sigx` (or in \
+                 --bin-dir). Build them with `cargo build -p sigx-sidecar -p \
+                 sigx-example-counter -p sigx-cli`.",
+                bin.display()
+            )));
+        }
+    }
+    Ok((sidecar, app))
+}
+
+/// A fresh random cluster secret in `<dir>/secret`, readable by this user only.
+fn write_secret(dir: &Path) -> Result<PathBuf, UpError> {
+    use rand::RngExt;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = dir.join("secret");
+    let bytes: [u8; 32] = rand::rng().random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err(format!("create {}", path.display())))?;
+    // `mode` applies only on creation; a file left by an earlier run is tightened too.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err(format!("chmod 600 {}", path.display())))?;
+    f.write_all(hex.as_bytes())
+        .map_err(io_err(format!("write {}", path.display())))?;
+    Ok(path)
+}
+
+/// Refuses to share a directory with a running `dev up`; records this one's pid.
+fn claim_dir(dir: &Path) -> Result<PathBuf, UpError> {
+    let pid_file = dir.join("dev.pid");
+    if let Ok(text) = std::fs::read_to_string(&pid_file)
+        && let Ok(pid) = text.trim().parse::<i32>()
+        && pid != std::process::id() as i32
+        && let Some(pid) = rustix::process::Pid::from_raw(pid)
+        && rustix::process::test_kill_process(pid).is_ok()
+    {
+        return Err(UpError::Usage(format!(
+            "another `sigx dev up` (pid {}) is using {}: stop it first, or pass another --dir",
+            pid.as_raw_nonzero(),
+            dir.display()
+        )));
+    }
+    std::fs::write(&pid_file, std::process::id().to_string())
+        .map_err(io_err(format!("write {}", pid_file.display())))?;
+    Ok(pid_file)
+}
+
+/// The machine's name, from the kernel: every dev host runs here, so this is a fact, not a guess.
+fn node_name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// `GET path` over plain HTTP/1.1; the status code.
+async fn http_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
+    let work = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut buf = Vec::with_capacity(256);
+        let mut chunk = [0u8; 256];
+        while !buf.windows(2).any(|w| w == b"\r\n") {
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let line = String::from_utf8_lossy(&buf);
+        line.split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("not an HTTP answer: {line:?}")))
+    };
+    tokio::time::timeout(Duration::from_secs(2), work)
+        .await
+        .map_err(|_| std::io::Error::other("no answer within 2s"))?
+}
+
+async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
+    let (sidecar_bin, app_bin) = find_bins(args)?;
+    let membership = match args.membership {
+        Membership::Auto if args.hosts == 1 => Membership::None,
+        Membership::Auto => Membership::Sqlite,
+        m => m,
+    };
+    if membership == Membership::None && args.hosts > 1 {
+        return Err(UpError::Usage(
+            "--membership none with more than one host would start independent hosts that do \
+             not know each other; use sqlite"
+                .into(),
+        ));
+    }
+    std::fs::create_dir_all(&args.dir).map_err(io_err(format!("create {}", args.dir.display())))?;
+    claim_dir(&args.dir)?;
+    let secret = write_secret(&args.dir)?;
+    let db = args.dir.join("membership.db");
+    if membership == Membership::Sqlite {
+        // A fresh cluster: rows of an earlier run's hosts would only linger until their TTL.
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+        }
+    }
+    let node = node_name();
+    let ports = free_ports(2 * args.hosts as usize)?;
+    let mut hosts = Vec::new();
+    for i in 1..=args.hosts {
+        let dir = args.dir.join(format!("host-{i}"));
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        let socket = dir.join("sidecar.sock");
+        if socket.as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(UpError::Usage(format!(
+                "the socket path {} is longer than {MAX_SOCKET_PATH} bytes (Unix sockets allow \
+                 107): pass a shorter --dir",
+                socket.display()
+            )));
+        }
+        let health: SocketAddr = ([127, 0, 0, 1], ports[2 * (i as usize - 1)]).into();
+        let mesh: SocketAddr = ([127, 0, 0, 1], ports[2 * (i as usize - 1) + 1]).into();
+
+        let mut cmd = Command::new(&sidecar_bin);
+        cmd.arg("--socket")
+            .arg(&socket)
+            .arg("--health-addr")
+            .arg(health.to_string())
+            .arg("--mesh-addr")
+            .arg(mesh.to_string())
+            .arg("--advertise")
+            .arg(mesh.to_string())
+            .arg("--pod-name")
+            .arg(format!("dev-{i}"))
+            .arg("--membership")
+            .arg(match membership {
+                Membership::Sqlite => "sqlite",
+                _ => "none",
+            })
+            .arg("--sqlite-path")
+            .arg(&db)
+            .arg("--secret-file")
+            .arg(&secret);
+        if let Some(node) = &node {
+            cmd.arg("--node").arg(node);
+        }
+        if let Some(beat) = args.beat_ms {
+            cmd.arg("--beat-ms").arg(beat.to_string());
+        }
+        if let Some(ttl) = args.ttl_ms {
+            cmd.arg("--ttl-ms").arg(ttl.to_string());
+        }
+        let sidecar = Proc::spawn(format!("sidecar {i}"), cmd, dir.join("sidecar.log"))?;
+
+        let mut cmd = Command::new(&app_bin);
+        cmd.arg("--socket").arg(&socket);
+        if args.trace {
+            cmd.env("COUNTER_TRACE_FILE", args.dir.join("trace.jsonl"));
+        }
+        let app = Proc::spawn(format!("counter-app {i}"), cmd, dir.join("app.log"))?;
+        hosts.push(DevHost {
+            index: i,
+            socket,
+            health,
+            sidecar,
+            app,
+            host_id: None,
+        });
+    }
+    Ok(hosts)
+}
+
+/// A process that exited during start-up, with the end of its log.
+fn early_exit(hosts: &mut [DevHost]) -> Option<UpError> {
+    for h in hosts.iter_mut() {
+        for p in [&mut h.sidecar, &mut h.app] {
+            if let Some(status) = p.poll_exit() {
+                return Some(UpError::Failed(format!(
+                    "{} exited during start-up ({status}); the end of {}:\n{}",
+                    p.name,
+                    p.log.display(),
+                    p.log_tail(15)
+                )));
+            }
+        }
+    }
+    None
+}
+
+/// Waits until every host answers `/readyz` with 200 and, when there are several, every host's
+/// view shows all of them active.
+async fn wait_ready(hosts: &mut [DevHost], timeout: Duration) -> Result<(), UpError> {
+    let deadline = Instant::now() + timeout;
+    let n = hosts.len();
+    loop {
+        if let Some(e) = early_exit(hosts) {
+            return Err(e);
+        }
+        let mut pending = Vec::new();
+        for h in hosts.iter_mut() {
+            if !matches!(http_status(h.health, "/readyz").await, Ok(200)) {
+                pending.push(format!("host {} is not ready (/readyz)", h.index));
+                continue;
+            }
+            let Ok(client) = Client::connect(&h.socket).await else {
+                pending.push(format!("host {}'s socket does not answer", h.index));
+                continue;
+            };
+            let client = client.with_timeout(Duration::from_secs(2));
+            if h.host_id.is_none() {
+                h.host_id = client
+                    .status()
+                    .await
+                    .ok()
+                    .and_then(|s| s.host)
+                    .map(|d| d.id);
+            }
+            match client.members(&MemberFilter::active()).await {
+                Ok(m) if m.hosts.len() >= n => {}
+                Ok(m) => pending.push(format!(
+                    "host {} sees {} of {n} hosts active",
+                    h.index,
+                    m.hosts.len()
+                )),
+                Err(e) => pending.push(format!("host {}: members: {e}", h.index)),
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(UpError::Failed(format!(
+                "the cluster was not ready within {}: {}",
+                human(timeout),
+                pending.join("; ")
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What the workload saw.
+#[derive(Debug, Default)]
+pub struct WorkloadReport {
+    pub counters: u32,
+    pub hosts: u32,
+    pub increments_ok: u64,
+    pub increments_failed: BTreeMap<String, u64>,
+    pub first_failures: Vec<String>,
+    pub elapsed: Duration,
+    pub p50: Duration,
+    pub p99: Duration,
+    pub correct: u32,
+    pub lost: u64,
+    pub doubled: u64,
+    pub unreadable: u32,
+    pub mismatches: Vec<String>,
+}
+
+impl WorkloadReport {
+    /// Every increment acknowledged and every counter reading exactly its acknowledged count.
+    pub fn passed(&self) -> bool {
+        self.increments_failed.is_empty()
+            && self.lost == 0
+            && self.doubled == 0
+            && self.unreadable == 0
+            && self.correct == self.counters
+    }
+
+    pub fn render(&self) -> String {
+        let total = self.counters as u64 * self.hosts as u64;
+        let failed: u64 = self.increments_failed.values().sum();
+        let rate = total as f64 / self.elapsed.as_secs_f64().max(1e-9);
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "workload: {} counters x {} host(s) = {total} increments in {:.2}s ({rate:.0} calls/s; \
+             p50 {:.2}ms, p99 {:.2}ms); {} acknowledged, {failed} failed",
+            self.counters,
+            self.hosts,
+            self.elapsed.as_secs_f64(),
+            self.p50.as_secs_f64() * 1e3,
+            self.p99.as_secs_f64() * 1e3,
+            self.increments_ok,
+        );
+        for (kind, n) in &self.increments_failed {
+            let _ = writeln!(out, "  failed as {kind}: {n}");
+        }
+        for f in &self.first_failures {
+            let _ = writeln!(out, "  e.g. {f}");
+        }
+        let _ = writeln!(
+            out,
+            "check:    {}/{} counters hold exactly their acknowledged increments; {} lost, {} \
+             doubled, {} unreadable -> {}",
+            self.correct,
+            self.counters,
+            self.lost,
+            self.doubled,
+            self.unreadable,
+            if self.passed() { "PASS" } else { "FAIL" }
+        );
+        for m in &self.mismatches {
+            let _ = writeln!(out, "  {m}");
+        }
+        out
+    }
+}
+
+/// Judges the final values. `acked[i]` increments of counter `i` were acknowledged and
+/// `unknown[i]` failed (they may or may not have run); `values[i]` is what `get` read.
+pub fn judge(
+    report: &mut WorkloadReport,
+    keys: &[String],
+    acked: &[u64],
+    unknown: &[u64],
+    values: &[Result<i64, ActorError>],
+) {
+    for i in 0..keys.len() {
+        match &values[i] {
+            Err(e) => {
+                report.unreadable += 1;
+                if report.mismatches.len() < 10 {
+                    report
+                        .mismatches
+                        .push(format!("Counter/{}: get failed: {e}", keys[i]));
+                }
+            }
+            Ok(v) => {
+                let v = (*v).max(0) as u64;
+                let (lo, hi) = (acked[i], acked[i] + unknown[i]);
+                if v < lo {
+                    report.lost += lo - v;
+                } else if v > hi {
+                    report.doubled += v - hi;
+                } else if unknown[i] == 0 {
+                    report.correct += 1;
+                    continue;
+                }
+                if report.mismatches.len() < 10 {
+                    report.mismatches.push(format!(
+                        "Counter/{} reads {v}, expected {lo}{}",
+                        keys[i],
+                        if hi > lo {
+                            format!("..{hi}")
+                        } else {
+                            String::new()
+                        }
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Increments every counter once from every host (concurrently, each host starting at a
+/// different counter so they contend on the same actors), then reads every counter back.
+pub async fn workload(sockets: &[PathBuf], counters: u32, concurrency: usize) -> WorkloadReport {
+    use rand::RngExt;
+    let run: u32 = rand::rng().random();
+    let keys: Vec<String> = (0..counters)
+        .map(|i| format!("demo-{run:08x}-{i}"))
+        .collect();
+    let clients: Vec<Client> = sockets
+        .iter()
+        .map(|s| Client::lazy(s).with_timeout(Duration::from_secs(10)))
+        .collect();
+    let n = counters as usize;
+    let hosts = clients.len();
+    let started = Instant::now();
+    let per_host = clients.iter().enumerate().map(|(h, client)| {
+        let keys = &keys;
+        async move {
+            let offset = h * n / hosts.max(1);
+            futures::stream::iter((0..n).map(|j| (j + offset) % n))
+                .map(|i| async move {
+                    let t0 = Instant::now();
+                    let r = client
+                        .call("Counter", keys[i].as_str(), "increment", "1")
+                        .await;
+                    (i, t0.elapsed(), r)
+                })
+                .buffer_unordered(concurrency.max(1))
+                .collect::<Vec<_>>()
+                .await
+        }
+    });
+    let results = futures::future::join_all(per_host).await;
+    let elapsed = started.elapsed();
+
+    let mut report = WorkloadReport {
+        counters,
+        hosts: hosts as u32,
+        elapsed,
+        ..Default::default()
+    };
+    let mut acked = vec![0u64; n];
+    let mut unknown = vec![0u64; n];
+    let mut latencies = Vec::with_capacity(n * hosts);
+    for (i, latency, r) in results.into_iter().flatten() {
+        latencies.push(latency);
+        match r {
+            Ok(_) => {
+                acked[i] += 1;
+                report.increments_ok += 1;
+            }
+            Err(e) => {
+                unknown[i] += 1;
+                *report
+                    .increments_failed
+                    .entry(e.kind.to_string())
+                    .or_default() += 1;
+                if report.first_failures.len() < 5 {
+                    report
+                        .first_failures
+                        .push(format!("Counter/{}: {e}", keys[i]));
+                }
+            }
+        }
+    }
+    latencies.sort();
+    report.p50 = percentile(&latencies, 0.50);
+    report.p99 = percentile(&latencies, 0.99);
+
+    let values: Vec<Result<i64, ActorError>> = futures::stream::iter(0..n)
+        .map(|i| {
+            let client = &clients[i % hosts];
+            let key = keys[i].as_str();
+            async move {
+                client
+                    .call_json::<(), i64>("Counter", key, "get", &())
+                    .await
+            }
+        })
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    judge(&mut report, &keys, &acked, &unknown, &values);
+    report
+}
+
+async fn wait_for_stop(hosts: &mut [DevHost]) -> Option<String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return Some("cannot install signal handlers".into());
+    };
+    loop {
+        tokio::select! {
+            _ = int.recv() => return None,
+            _ = term.recv() => return None,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                for h in hosts.iter_mut() {
+                    for p in [&mut h.sidecar, &mut h.app] {
+                        if let Some(status) = p.poll_exit() {
+                            return Some(format!(
+                                "{} exited unexpectedly ({status}); the end of {}:\n{}",
+                                p.name, p.log.display(), p.log_tail(15)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Stops sidecars first (each drains, deactivates its actors through its app and leaves the
+/// membership), then the apps.
+async fn stop_all(hosts: &mut [DevHost]) {
+    for h in hosts.iter() {
+        h.sidecar.signal_term();
+    }
+    let lines = futures::future::join_all(
+        hosts
+            .iter_mut()
+            .map(|h| h.sidecar.stop(Duration::from_secs(30))),
+    )
+    .await;
+    for l in lines {
+        println!("  {l}");
+    }
+    let lines = futures::future::join_all(
+        hosts
+            .iter_mut()
+            .map(|h| h.app.stop(Duration::from_secs(15))),
+    )
+    .await;
+    for l in lines {
+        println!("  {l}");
+    }
+}
+
+async fn print_status(hosts: &[DevHost]) {
+    for (n, h) in hosts.iter().enumerate() {
+        let client = Client::lazy(&h.socket).with_timeout(Duration::from_secs(5));
+        match client.status().await {
+            Ok(status) if n == 0 => {
+                println!("--- sigx status --socket {}", h.socket.display());
+                print!(
+                    "{}",
+                    crate::status::render_status(&status, crate::status::now_unix_ms())
+                );
+            }
+            Ok(status) => {
+                let total: u64 = status.activations.iter().map(|a| a.activations).sum();
+                println!(
+                    "--- host {} ({}): {}, {total} activation(s)",
+                    h.index,
+                    h.host_id.as_deref().unwrap_or("?"),
+                    status.state
+                );
+            }
+            Err(e) => println!("--- host {}: status failed: {e}", h.index),
+        }
+    }
+}
+
+pub async fn up(args: UpArgs) -> ExitCode {
+    let mut hosts = match start(&args).await {
+        Ok(h) => h,
+        Err(UpError::Usage(e)) => {
+            eprintln!("sigx dev up: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Err(UpError::Failed(e)) => {
+            eprintln!("sigx dev up: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    println!(
+        "starting {} host(s) in {} (logs: {}/host-N/{{sidecar,app}}.log)",
+        hosts.len(),
+        args.dir.display(),
+        args.dir.display()
+    );
+    let mut code = ExitCode::SUCCESS;
+    if let Err(e) = wait_ready(&mut hosts, args.ready_timeout).await {
+        eprintln!("sigx dev up: {e}");
+        println!("stopping");
+        stop_all(&mut hosts).await;
+        let _ = std::fs::remove_file(args.dir.join("dev.pid"));
+        return ExitCode::from(EXIT_FAILED);
+    }
+    for h in &hosts {
+        println!(
+            "host {}: {} socket {} health http://{}/readyz",
+            h.index,
+            h.host_id.as_deref().unwrap_or("?"),
+            h.socket.display(),
+            h.health
+        );
+    }
+    println!(
+        "ready. try: sigx call Counter/a increment --socket {}",
+        hosts[0].socket.display()
+    );
+
+    if args.workload > 0 {
+        let sockets: Vec<PathBuf> = hosts.iter().map(|h| h.socket.clone()).collect();
+        let report = workload(&sockets, args.workload, args.concurrency).await;
+        print!("{}", report.render());
+        if !report.passed() {
+            code = ExitCode::from(EXIT_FAILED);
+        }
+    }
+    print_status(&hosts).await;
+
+    if !args.exit_after_workload {
+        println!("running; Ctrl-C stops the cluster");
+        if let Some(problem) = wait_for_stop(&mut hosts).await {
+            eprintln!("sigx dev up: {problem}");
+            code = ExitCode::from(EXIT_FAILED);
+        }
+    }
+    println!("stopping");
+    stop_all(&mut hosts).await;
+    let _ = std::fs::remove_file(args.dir.join("dev.pid"));
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("k{i}")).collect()
+    }
+
+    #[test]
+    fn exact_counts_pass() {
+        let mut r = WorkloadReport {
+            counters: 2,
+            hosts: 3,
+            ..Default::default()
+        };
+        judge(&mut r, &keys(2), &[3, 3], &[0, 0], &[Ok(3), Ok(3)]);
+        assert!(r.passed(), "{}", r.render());
+        assert_eq!(r.correct, 2);
+    }
+
+    #[test]
+    fn a_lost_and_a_doubled_increment_are_both_caught() {
+        let mut r = WorkloadReport {
+            counters: 3,
+            hosts: 3,
+            ..Default::default()
+        };
+        judge(
+            &mut r,
+            &keys(3),
+            &[3, 3, 3],
+            &[0, 0, 0],
+            &[Ok(2), Ok(4), Ok(3)],
+        );
+        assert!(!r.passed());
+        assert_eq!((r.lost, r.doubled, r.correct), (1, 1, 1));
+        let text = r.render();
+        assert!(text.contains("Counter/k0 reads 2, expected 3"), "{text}");
+        assert!(text.contains("FAIL"), "{text}");
+    }
+
+    #[test]
+    fn failed_increments_widen_the_range_but_fail_the_run() {
+        let mut r = WorkloadReport {
+            counters: 1,
+            hosts: 3,
+            ..Default::default()
+        };
+        r.increments_failed.insert("timeout".into(), 1);
+        judge(&mut r, &keys(1), &[2], &[1], &[Ok(3)]);
+        assert_eq!((r.lost, r.doubled), (0, 0), "3 is within 2..3");
+        assert!(!r.passed(), "a failed call is never a clean run");
+    }
+
+    #[test]
+    fn an_unreadable_counter_fails_the_check() {
+        let mut r = WorkloadReport {
+            counters: 1,
+            hosts: 1,
+            ..Default::default()
+        };
+        judge(
+            &mut r,
+            &keys(1),
+            &[1],
+            &[0],
+            &[Err(ActorError::timeout("slow"))],
+        );
+        assert!(!r.passed());
+        assert_eq!(r.unreadable, 1);
+    }
+
+    #[test]
+    fn percentiles_pick_from_the_sorted_sample() {
+        let s: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&s, 0.5), Duration::from_millis(51));
+        assert_eq!(percentile(&s, 0.99), Duration::from_millis(99));
+        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_secret_file_is_private_and_random() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sigx-dev-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = write_secret(&dir).unwrap();
+        let first = std::fs::read_to_string(&p).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(first.len(), 64);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        write_secret(&dir).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_ne!(std::fs::read_to_string(&p).unwrap(), first);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
