@@ -1,19 +1,27 @@
-//! Writes the CRD YAML of every sigx resource to `crds/generated/` (or the directory given as the
-//! first argument). The files are checked in; `crds/tests/generated.rs` fails when they are stale.
+//! Writes the CRD YAML of every sigx resource to `crds/generated/` and to the Helm chart's copy
+//! in `charts/sigx/files/crds/` (or only to the directory given as the first argument). The files
+//! are checked in; `crds/tests/generated.rs` fails when either copy is stale.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let dir = std::env::args_os()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("generated"));
-    std::fs::create_dir_all(&dir)?;
-    for (file, yaml) in sigx_crds::generated_yaml()? {
-        let path = dir.join(file);
-        std::fs::write(&path, yaml)?;
-        println!("wrote {}", path.display());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dirs = match std::env::args_os().nth(1) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => vec![
+            root.join("generated"),
+            root.join("../charts/sigx/files/crds"),
+        ],
+    };
+    let files = sigx_crds::generated_yaml()?;
+    for dir in dirs {
+        std::fs::create_dir_all(&dir)?;
+        for (file, yaml) in &files {
+            let path = dir.join(file);
+            std::fs::write(&path, yaml)?;
+            println!("wrote {}", path.display());
+        }
     }
     Ok(())
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Checks every manifest sigx ships or renders against the Kubernetes schemas:
+#   - `helm lint --strict` of charts/sigx (default and non-default values);
+#   - `helm template` output, the generated CRDs, and the manifests the operator's render
+#     functions produce for examples/k8s, through `kubernetes-validate --strict` for
+#     Kubernetes ${K8S_VERSION} (default 1.37.0);
+#   - canaries that prove the checkers are not vacuous: a deliberately broken Deployment must
+#     fail kubernetes-validate, and a value of the wrong type must be refused by the chart's
+#     values.schema.json;
+#   - the chart's CRDs are the generated ones (modulo Helm labels/annotations).
+# Tools come from scripts/install-tools.sh (run here; it is idempotent).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${ROOT}"
+K8S_VERSION="${K8S_VERSION:-1.37.0}"
+PYTHON="${PYTHON:-python3}"
+HELM="${ROOT}/.tools/bin/helm"
+CHART="${ROOT}/charts/sigx"
+
+"${ROOT}/scripts/install-tools.sh" >/dev/null
+VALIDATE=("${PYTHON}" -m kubernetes_validate -k "${K8S_VERSION}" --strict --quiet)
+if ! "${VALIDATE[@]}" --version >/dev/null 2>&1; then
+    VALIDATE=(kubernetes-validate -k "${K8S_VERSION}" --strict --quiet)
+fi
+
+OUT="$(mktemp -d)"
+trap 'rm -rf "${OUT}"' EXIT
+passed=0
+failed=0
+check() {
+    local what="$1"
+    shift
+    if "$@" >"${OUT}/last.log" 2>&1; then
+        echo "ok   ${what}"
+        passed=$((passed + 1))
+    else
+        echo "FAIL ${what}"
+        sed 's/^/     /' "${OUT}/last.log"
+        failed=$((failed + 1))
+    fi
+}
+refuses() { ! "$@"; }
+
+ALT_VALUES=(--set replicaCount=2 --set crds.keep=false --set serviceAccount.name=ops
+    --set 'extraArgs={--verbose}' --set 'extraEnv[0].name=X' --set 'extraEnv[0].value=y'
+    --set 'imagePullSecrets[0].name=regcred' --set priorityClassName=system-cluster-critical)
+
+check "helm lint --strict (defaults)" "${HELM}" lint --strict "${CHART}"
+check "helm lint --strict (non-default values)" "${HELM}" lint --strict "${CHART}" "${ALT_VALUES[@]}"
+check "helm template (defaults)" \
+    sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system > '${OUT}/chart.yaml'"
+check "helm template (non-default values)" \
+    sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system $(printf "'%s' " "${ALT_VALUES[@]}") > '${OUT}/chart-alt.yaml'"
+no_crds() {
+    "${HELM}" template sigx "${CHART}" --set crds.install=false >"${OUT}/chart-nocrds.yaml" &&
+        grep -q '^kind: Deployment' "${OUT}/chart-nocrds.yaml" &&
+        ! grep -q '^kind: CustomResourceDefinition' "${OUT}/chart-nocrds.yaml"
+}
+check "helm template (crds.install=false renders no CRD)" no_crds
+check "values.schema.json refuses a wrong type (canary)" \
+    refuses "${HELM}" template sigx "${CHART}" --set replicaCount=many
+check "values.schema.json refuses an unknown key (canary)" \
+    refuses "${HELM}" template sigx "${CHART}" --set replicas=2
+
+check "render example manifests (cargo test -p sigx-operator --test render_examples)" \
+    env SIGX_RENDER_OUT="${OUT}" cargo test -q -p sigx-operator --test render_examples
+
+check "kubernetes-validate ${K8S_VERSION}: chart (defaults)" "${VALIDATE[@]}" "${OUT}/chart.yaml"
+check "kubernetes-validate ${K8S_VERSION}: chart (non-default values)" "${VALIDATE[@]}" "${OUT}/chart-alt.yaml"
+check "kubernetes-validate ${K8S_VERSION}: crds/generated" "${VALIDATE[@]}" crds/generated/*.yaml
+check "kubernetes-validate ${K8S_VERSION}: rendered examples" "${VALIDATE[@]}" "${OUT}/rendered.yaml"
+
+cat >"${OUT}/broken.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: broken
+spec:
+  replicaz: 3
+  selector: {matchLabels: {a: b}}
+  template:
+    metadata: {labels: {a: b}}
+    spec:
+      containers: [{name: c, image: i}]
+YAML
+check "kubernetes-validate refuses a broken Deployment (canary)" \
+    refuses "${VALIDATE[@]}" "${OUT}/broken.yaml"
+
+check "chart CRDs equal crds/generated" "${PYTHON}" - "${OUT}/chart.yaml" crds/generated/*.yaml <<'PY'
+import sys, yaml
+chart = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d.get("kind") == "CustomResourceDefinition"]
+generated = [yaml.safe_load(open(p)) for p in sys.argv[2:]]
+def norm(d):
+    d = dict(d)
+    d["metadata"] = {"name": d["metadata"]["name"]}
+    return d
+by_name = {d["metadata"]["name"]: norm(d) for d in chart}
+assert len(by_name) == len(generated), f"chart has {sorted(by_name)}, generated {len(generated)}"
+for g in generated:
+    name = g["metadata"]["name"]
+    assert by_name.get(name) == norm(g), f"{name}: chart CRD differs from crds/generated"
+PY
+
+echo "check-manifests: ${passed} passed, ${failed} failed"
+[[ "${failed}" -eq 0 ]]
