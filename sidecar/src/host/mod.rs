@@ -1,15 +1,26 @@
-//! Wires the pieces of one host together and runs its lifecycle (DESIGN.md §8): bind every
-//! listener first, wait for the app's registration, then serve; on stop, fail readiness, drain,
-//! deactivate, and close the listeners last.
+//! Wires the pieces of one host together and runs its lifecycle (DESIGN.md §8).
+//!
+//! Start: bind every listener (socket, health, mesh) first; wait for the app's registration
+//! (the host publishes the types it registers); join membership as `joining`; start the
+//! directory and the mesh server; become `active`; report ready once the host's own view shows
+//! its own active record. No window where the host is routable but nothing listens.
+//!
+//! Stop: readiness fails; status `leaving`; in-flight turns drain; activations get `Deactivate`
+//! turns and are unregistered; the membership record is withdrawn; listeners close last.
+
+mod cluster;
+pub mod late;
+pub mod local;
 
 use crate::app::{AppService, Dispatcher};
-use crate::config::Config;
+use crate::clock::SharedClock;
+use crate::config::{Config, MembershipKind};
 use crate::health::{self, HostState};
-use crate::runtime::{ActorId, OpenGate, Runtime, RuntimeConfig};
-use async_trait::async_trait;
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use sigx_proto::ActorError;
+use crate::membership::MembershipProvider;
+use crate::mesh::{Connector, TcpConnector, TcpMeshListener};
+use crate::runtime::{ActivationGate, OpenGate, Runtime, RuntimeConfig};
+use late::{LateDispatcher, LateGate};
+use local::LocalDispatcher;
 use sigx_proto::v1;
 use std::io;
 use std::net::SocketAddr;
@@ -18,6 +29,8 @@ use std::sync::Arc;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+pub use cluster::ClusterParts;
 
 /// Why a host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -28,7 +41,8 @@ pub enum HostError {
     )]
     SocketInUse(PathBuf),
     #[error(
-        "{0:?} exists and is not a socket: refusing to replace it; remove it or pick another SIGX_SOCKET"
+        "{0:?} exists and is not a socket: refusing to replace it; remove it or pick another \
+         SIGX_SOCKET"
     )]
     NotASocket(PathBuf),
     #[error("cannot bind socket {path:?}: {source}")]
@@ -41,6 +55,28 @@ pub enum HostError {
     },
     #[error("{0}")]
     Other(String),
+}
+
+/// What a host is built from besides its configuration: the seams tests and the simulator
+/// replace (clock, membership store, mesh connector).
+#[derive(Clone)]
+pub struct HostOptions {
+    /// Monotonic and wall clocks.
+    pub clock: SharedClock,
+    /// The membership store; `None` builds the one the configuration names.
+    pub provider: Option<Arc<dyn MembershipProvider>>,
+    /// How the mesh dials peers.
+    pub connector: Arc<dyn Connector>,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        HostOptions {
+            clock: crate::clock::system(),
+            provider: None,
+            connector: Arc::new(TcpConnector),
+        }
+    }
 }
 
 /// Binds the app socket at `path`: a stale file left by a dead process is replaced, a live
@@ -80,146 +116,12 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
     Ok(listener)
 }
 
-/// The dispatcher of a single host with no cluster: every call runs here.
-pub struct LocalDispatcher {
-    runtime: Runtime,
-    state: Arc<HostState>,
-    started_at_unix_ms: i64,
-    node: Option<String>,
-}
-
-impl LocalDispatcher {
-    fn descriptor(&self) -> v1::HostDescriptor {
-        let (types, stateful) = match self.runtime.app() {
-            Some(app) => (app.registry.all_types(), app.registry.stateful_types()),
-            None => (Vec::new(), Vec::new()),
-        };
-        v1::HostDescriptor {
-            id: self.runtime.config().host_id.clone(),
-            advertise: String::new(),
-            types: Some(v1::TypeList { names: types }),
-            meta: self
-                .node
-                .iter()
-                .map(|n| ("node".to_string(), n.clone()))
-                .collect(),
-            status: if self.state.leaving() {
-                v1::HostStatus::Leaving
-            } else if self.state.ready() {
-                v1::HostStatus::Active
-            } else {
-                v1::HostStatus::Joining
-            } as i32,
-            started_at_unix_ms: self.started_at_unix_ms,
-            stateful_types: Some(v1::TypeList { names: stateful }),
-        }
-    }
-
-    fn view(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
-        let d = self.descriptor();
-        let status_ok = req.status == v1::MemberStatusFilter::Any as i32
-            || d.status == v1::HostStatus::Active as i32;
-        let type_ok = req.registers.is_empty()
-            || d.types
-                .as_ref()
-                .is_none_or(|t| t.names.contains(&req.registers));
-        v1::MembersResponse {
-            version: 1,
-            hosts: if status_ok && type_ok {
-                vec![d]
-            } else {
-                vec![]
-            },
-        }
-    }
-}
-
-#[async_trait]
-impl Dispatcher for LocalDispatcher {
-    async fn call(
-        &self,
-        actor: ActorId,
-        method: String,
-        payload: Bytes,
-        deadline: Instant,
-    ) -> Result<Bytes, ActorError> {
-        self.runtime
-            .invoke(&actor, &method, payload, deadline)
-            .await
-    }
-
-    async fn dispatch_on(
-        &self,
-        host_id: String,
-        worker: ActorId,
-        method: String,
-        payload: Bytes,
-        deadline: Instant,
-    ) -> Result<Bytes, ActorError> {
-        if host_id != self.runtime.config().host_id {
-            return Err(ActorError::unreachable(format!(
-                "host {host_id:?} is not in this host's view (a single host with no cluster)"
-            )));
-        }
-        if self.runtime.registers(&worker.actor_type) == Some(true) {
-            return Err(ActorError::invalid(format!(
-                "{:?} is a stateful actor type: DispatchOn targets workers only (placement decides \
-                 where an actor lives); use Call",
-                worker.actor_type
-            )));
-        }
-        self.runtime
-            .invoke(&worker, &method, payload, deadline)
-            .await
-    }
-
-    fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
-        self.view(req)
-    }
-
-    fn watch_members(&self, req: v1::MembersRequest) -> BoxStream<'static, v1::MembersResponse> {
-        let first = self.view(&req);
-        Box::pin(futures::stream::once(async move { first }).chain(futures::stream::pending()))
-    }
-
-    fn status(&self) -> v1::StatusResponse {
-        let d = self.descriptor();
-        let mut counters = self.runtime.counters().snapshot();
-        counters.insert(
-            "localDispatches".into(),
-            counters.get("turns").copied().unwrap_or(0),
-        );
-        v1::StatusResponse {
-            host: Some(d.clone()),
-            state: self.state.state_name().to_string(),
-            fence_reason: self.state.fence_reason().unwrap_or_default(),
-            app_connected: self.runtime.app().is_some(),
-            activations: self
-                .runtime
-                .activation_counts()
-                .into_iter()
-                .map(|(actor_type, activations)| v1::TypeActivations {
-                    actor_type,
-                    activations,
-                })
-                .collect(),
-            counters: counters.into_iter().collect(),
-            view: Some(v1::MembersResponse {
-                version: 1,
-                hosts: vec![d],
-            }),
-        }
-    }
-}
-
-use futures::StreamExt;
-
 /// How a stop was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopKind {
     /// First SIGTERM/SIGINT: the full graceful sequence.
     Graceful,
-    /// A second signal: skip to a fast exit.
+    /// A second signal: skip to a fast exit (still withdrawing the record).
     Fast,
 }
 
@@ -231,17 +133,26 @@ pub struct Host {
     pub runtime: Runtime,
     /// Where the health endpoint listens.
     pub health_addr: SocketAddr,
+    /// Where the mesh listens (clustered hosts).
+    pub mesh_addr: Option<SocketAddr>,
     /// The app socket.
     pub socket: PathBuf,
+    /// The cluster, once joined.
+    pub cluster: Arc<tokio::sync::OnceCell<ClusterParts>>,
     cfg: Config,
     listeners_down: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Host {
-    /// Binds every listener, then starts serving. Returns once the host is listening; readiness
-    /// follows the app's registration.
+    /// Starts a host with the process clocks and the configured stores.
     pub async fn start(cfg: Config) -> Result<Host, HostError> {
+        Host::start_with(cfg, HostOptions::default()).await
+    }
+
+    /// Binds every listener, then starts serving. Returns once the host is listening; joining
+    /// the cluster and readiness follow the app's registration.
+    pub async fn start_with(mut cfg: Config, opts: HostOptions) -> Result<Host, HostError> {
         let socket = bind_socket(&cfg.socket)?;
         let health_listener =
             TcpListener::bind(cfg.health_addr)
@@ -254,7 +165,36 @@ impl Host {
         let health_addr = health_listener
             .local_addr()
             .map_err(|e| HostError::Other(e.to_string()))?;
+        let clustered = cfg.membership != MembershipKind::None;
+        let mesh_listener = if clustered {
+            let l = TcpMeshListener::bind(cfg.mesh_addr)
+                .await
+                .map_err(|source| HostError::BindTcp {
+                    what: "the mesh",
+                    addr: cfg.mesh_addr,
+                    source,
+                })?;
+            let addr = l
+                .local_addr()
+                .map_err(|e| HostError::Other(e.to_string()))?;
+            // An ephemeral mesh port (tests, `sigx dev up`) is advertised as actually bound.
+            if cfg.mesh_addr.port() == 0 && cfg.advertise.ends_with(":0") {
+                let host = cfg.advertise.trim_end_matches(":0").to_string();
+                cfg.advertise = format!("{host}:{}", addr.port());
+            }
+            Some((l, addr))
+        } else {
+            None
+        };
+        let mesh_addr = mesh_listener.as_ref().map(|(_, a)| *a);
+
         let state = Arc::new(HostState::default());
+        let late_gate = Arc::new(LateGate::new(cfg.host_id.clone()));
+        let gate: Arc<dyn ActivationGate> = if clustered {
+            late_gate.clone()
+        } else {
+            Arc::new(OpenGate)
+        };
         let runtime = Runtime::new(
             RuntimeConfig {
                 host_id: cfg.host_id.clone(),
@@ -262,23 +202,28 @@ impl Host {
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,
             },
-            Arc::new(OpenGate),
+            gate,
         );
-        let dispatcher: Arc<dyn Dispatcher> = Arc::new(LocalDispatcher {
+        let local: Arc<dyn Dispatcher> = Arc::new(LocalDispatcher {
             runtime: runtime.clone(),
             state: state.clone(),
-            started_at_unix_ms: crate::clock::system().wall_unix_ms(),
+            started_at_unix_ms: opts.clock.wall_unix_ms(),
             node: cfg.node.clone(),
         });
+        let late_dispatcher = Arc::new(LateDispatcher::new(cfg.host_id.clone(), local.clone()));
+        let dispatcher: Arc<dyn Dispatcher> = if clustered {
+            late_dispatcher.clone()
+        } else {
+            local
+        };
         let (down_tx, down_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
-        let app = AppService::new(runtime.clone(), dispatcher.clone(), cfg.call_timeout);
+        let app = AppService::new(runtime.clone(), dispatcher, cfg.call_timeout);
         tasks.push(tokio::spawn(serve_socket(
             socket,
             app,
             cfg.max_payload_bytes,
-            runtime.clone(),
             wait_down(down_rx.clone()),
         )));
         tasks.push(tokio::spawn(health::serve(
@@ -286,13 +231,34 @@ impl Host {
             state.clone(),
             wait_down(down_rx.clone()),
         )));
+        let cluster_cell: Arc<tokio::sync::OnceCell<ClusterParts>> = Arc::default();
         {
             let runtime = runtime.clone();
             let state2 = state.clone();
-            state.set_metrics(Arc::new(move || render_metrics(&runtime, &state2)));
+            let cell = cluster_cell.clone();
+            state.set_metrics(Arc::new(move || {
+                let status = cell.get().map(|c| c.router.status_counters());
+                render_metrics(&runtime, &state2, status)
+            }));
         }
-        // Ready while an app is registered.
-        {
+        state.set_started();
+        tracing::info!(host = %cfg.host_id, socket = ?cfg.socket, health = %health_addr,
+            mesh = ?mesh_addr, advertise = %cfg.advertise, "listening; waiting for the app to register");
+
+        if let Some((listener, _)) = mesh_listener {
+            tasks.push(tokio::spawn(cluster::bring_up(cluster::BringUp {
+                cfg: cfg.clone(),
+                opts,
+                state: state.clone(),
+                runtime: runtime.clone(),
+                late_gate,
+                late_dispatcher,
+                listener,
+                cell: cluster_cell.clone(),
+                down: down_rx.clone(),
+            })));
+        } else {
+            // A single host is ready while an app is registered.
             let mut app_rx = runtime.watch_app();
             let state = state.clone();
             tasks.push(tokio::spawn(async move {
@@ -308,18 +274,22 @@ impl Host {
                 }
             }));
         }
-        state.set_started();
-        tracing::info!(host = %cfg.host_id, socket = ?cfg.socket, health = %health_addr,
-            "listening; waiting for the app to register");
         Ok(Host {
             state,
             runtime,
             health_addr,
+            mesh_addr,
             socket: cfg.socket.clone(),
+            cluster: cluster_cell,
             cfg,
             listeners_down: down_tx,
             tasks,
         })
+    }
+
+    /// The host's id.
+    pub fn id(&self) -> &str {
+        &self.cfg.host_id
     }
 
     /// The graceful stop sequence (DESIGN.md §8), each step logged with its duration.
@@ -327,6 +297,16 @@ impl Host {
         let t0 = Instant::now();
         self.state.set_leaving();
         tracing::info!(step = "readiness-false", "stopping");
+        let cluster = self.cluster.get();
+        if let Some(c) = cluster {
+            let t = Instant::now();
+            c.leaving().await;
+            tracing::info!(
+                step = "status-leaving",
+                ms = t.elapsed().as_millis() as u64,
+                "published leaving"
+            );
+        }
         if kind == StopKind::Graceful {
             let drain_deadline = Instant::now() + self.cfg.drain_timeout;
             let t = Instant::now();
@@ -342,10 +322,30 @@ impl Host {
             tracing::info!(
                 step = "deactivate",
                 ms = t.elapsed().as_millis() as u64,
-                "activations deactivated"
+                "activations deactivated and unregistered"
+            );
+            if let Some(c) = cluster {
+                let t = Instant::now();
+                c.hand_over(drain_deadline).await;
+                tracing::info!(
+                    step = "handoff",
+                    ms = t.elapsed().as_millis() as u64,
+                    "partitions handed over"
+                );
+            }
+        }
+        if let Some(c) = cluster {
+            let t = Instant::now();
+            c.withdraw().await;
+            tracing::info!(
+                step = "withdraw",
+                ms = t.elapsed().as_millis() as u64,
+                "membership record withdrawn"
             );
         }
         let _ = self.listeners_down.send(true);
+        // Give the servers a moment to send GOAWAY and finish answered streams.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         for t in self.tasks {
             t.abort();
         }
@@ -358,7 +358,7 @@ impl Host {
     }
 }
 
-async fn wait_down(mut rx: watch::Receiver<bool>) {
+pub(crate) async fn wait_down(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|d| *d).await;
 }
 
@@ -366,7 +366,6 @@ async fn serve_socket(
     listener: UnixListener,
     app: AppService,
     max_payload: usize,
-    _runtime: Runtime,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -381,8 +380,9 @@ async fn serve_socket(
         .max_encoding_message_size(max_payload + 64 * 1024);
     let mut builder = tonic::transport::Server::builder();
     let mut router = builder.add_service(svc).add_service(health_service);
-    if let Ok(reflection) = reflection {
-        router = router.add_service(reflection);
+    match reflection {
+        Ok(reflection) => router = router.add_service(reflection),
+        Err(e) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
     }
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     if let Err(e) = router
@@ -393,15 +393,21 @@ async fn serve_socket(
     }
 }
 
-fn render_metrics(runtime: &Runtime, state: &HostState) -> String {
+fn render_metrics(
+    runtime: &Runtime,
+    state: &HostState,
+    cluster: Option<Vec<(String, u64)>>,
+) -> String {
     use prometheus_client::encoding::text::encode;
     use prometheus_client::metrics::gauge::Gauge;
     use prometheus_client::registry::Registry;
     let mut registry = Registry::with_prefix("sigx");
-    for (name, value) in runtime.counters().snapshot() {
+    let mut all: std::collections::BTreeMap<String, u64> = runtime.counters().snapshot();
+    all.extend(cluster.unwrap_or_default());
+    for (name, value) in all {
         let g: Gauge<u64, std::sync::atomic::AtomicU64> = Gauge::default();
         g.set(value);
-        registry.register(snake(&name), format!("runtime counter {name}"), g);
+        registry.register(snake(&name), format!("counter {name}"), g);
     }
     let ready: Gauge = Gauge::default();
     ready.set(state.ready() as i64);
@@ -427,7 +433,7 @@ fn snake(name: &str) -> String {
     s
 }
 
-/// Waits for SIGTERM or SIGINT; the first resolves `Graceful`.
+/// Waits for SIGTERM or SIGINT.
 pub async fn first_signal() -> io::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;

@@ -254,6 +254,13 @@ impl Router {
         payload: Bytes,
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
+        if let Some(reason) = self.state.fence_reason() {
+            // Terminal: re-resolving would land on the same refusal (seed: "Fencing").
+            return Err(ActorError::fenced(format!(
+                "host {} is fenced ({reason}): it serves no calls until it is restarted",
+                self.me
+            )));
+        }
         let mut retries = 0u32;
         let mut hint: Option<String> = None;
         loop {
@@ -498,6 +505,12 @@ impl DeliverHandler for Inbound {
             .inbound_deliveries
             .fetch_add(1, Ordering::Relaxed);
         let me = self.membership.self_id();
+        if self.membership.check_lease().is_err() || self.counters.state.fence_reason().is_some() {
+            // A peer calling into a fenced host gets the answer it can act on: go elsewhere.
+            return Err(ActorError::unreachable(format!(
+                "host {me} is fenced: the call never ran; re-place it"
+            )));
+        }
         match self.runtime.registers(&actor.actor_type) {
             // The receiving side enforces registration too: wrong-host with no owner hint, so
             // the caller evicts its route and re-places (never a terminal 404).

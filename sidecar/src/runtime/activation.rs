@@ -189,6 +189,20 @@ async fn run(
     };
     while reentrant_turns.join_next().await.is_some() {}
     remove_self(&rt, &actor, &activation_id);
+    // A fenced host runs no turn at all, Deactivate included: another host may already hold
+    // the actor, and this activation's state must not be written back.
+    if let Err(fenced) = gate.check_serving() {
+        fail_all(&mut rx, &fenced);
+        rt.inner
+            .counters
+            .deactivations
+            .fetch_add(1, Ordering::Relaxed);
+        gate.release(&actor, &activation_id).await;
+        if let Some(done) = done_signal {
+            let _ = done.send(());
+        }
+        return;
+    }
     // Calls that raced into the mailbox before it closed never ran: the caller may re-place.
     fail_all(
         &mut rx,

@@ -528,6 +528,22 @@ impl Runtime {
             .is_ok()
     }
 
+    /// Drops every activation at once (the host fenced): no Deactivate turns run, because the
+    /// gate refuses every turn now; queued calls are answered with the gate's refusal.
+    pub fn drop_all(&self) {
+        let all: Vec<Activation> = self
+            .inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .drain()
+            .map(|(_, a)| a)
+            .collect();
+        for a in all {
+            drop(a.stop());
+        }
+    }
+
     /// Deactivates every activation (Deactivate turns, then the gate's release), waiting up to
     /// `deadline`. Used by the graceful stop.
     pub async fn deactivate_all(&self, deadline: Instant) {

@@ -246,3 +246,81 @@ pub async fn start_host(dir: &Path, extra: &[&str]) -> Host {
 pub fn socket_of(dir: &Path) -> PathBuf {
     dir.join("sidecar.sock")
 }
+
+/// A config for an in-process clustered host `id` in `dir` (the membership provider is
+/// injected through `HostOptions`).
+pub fn cluster_host_config(dir: &Path, id: &str, extra: &[&str]) -> Config {
+    let socket = dir.join(format!("{id}.sock"));
+    let mut args = vec![
+        "sigx-sidecar".to_string(),
+        "--membership".into(),
+        "sqlite".into(),
+        "--sqlite-path".into(),
+        dir.join("m.db").display().to_string(),
+        "--socket".into(),
+        socket.display().to_string(),
+        "--health-addr".into(),
+        "127.0.0.1:0".into(),
+        "--mesh-addr".into(),
+        "127.0.0.1:0".into(),
+        "--advertise".into(),
+        "127.0.0.1:0".into(),
+        "--host-id".into(),
+        id.into(),
+        "--secret".into(),
+        "test-cluster-secret".into(),
+        "--beat-ms".into(),
+        "100".into(),
+        "--ttl-ms".into(),
+        "600".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    <Args as clap::Parser>::try_parse_from(args)
+        .unwrap()
+        .validate()
+        .unwrap()
+}
+
+/// Waits until `/readyz` answers 200, or panics after `within`.
+pub async fn wait_ready(addr: std::net::SocketAddr, within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if http_get(addr, "/readyz").await == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("host at {addr} not ready within {within:?}");
+}
+
+/// Activations of each actor across `apps`, as (host, start, end) from Activate to Deactivate
+/// (an activation still live ends at `now`). Returns the actors with two overlapping ones.
+pub fn overlapping_activations(apps: &[(&str, &TestApp)]) -> Vec<String> {
+    let now = Instant::now();
+    let mut spans: HashMap<String, Vec<(String, Instant, Instant)>> = HashMap::new();
+    for (host, app) in apps {
+        let events = app.events();
+        for e in events.iter().filter(|e| e.what == "activate") {
+            let end = events
+                .iter()
+                .find(|d| d.what == "deactivate" && d.activation_id == e.activation_id)
+                .map(|d| d.end)
+                .unwrap_or(now);
+            spans
+                .entry(e.actor.clone())
+                .or_default()
+                .push((host.to_string(), e.start, end));
+        }
+    }
+    let mut bad = Vec::new();
+    for (actor, list) in spans {
+        for (i, a) in list.iter().enumerate() {
+            for b in &list[i + 1..] {
+                if a.1 < b.2 && b.1 < a.2 {
+                    bad.push(format!("{actor}: {} and {}", a.0, b.0));
+                }
+            }
+        }
+    }
+    bad
+}

@@ -1,0 +1,369 @@
+//! Bringing a host into the cluster once its app has registered, and taking it out again.
+
+use super::late::{LateDispatcher, LateGate};
+use super::{HostOptions, wait_down};
+use crate::config::{Config, MembershipKind};
+use crate::directory::{
+    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell, ViewSource,
+};
+use crate::health::HostState;
+use crate::membership::{
+    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipHandle,
+    MembershipProvider, MembershipView, Subscription,
+};
+use crate::mesh::{
+    MeshAuth, MeshClient, MeshClientConfig, MeshServerConfig, MeshService, TcpMeshListener,
+    Verifier,
+};
+use crate::placement::{Inbound, Locator, Router, RouterConfig};
+use crate::runtime::{ActorId, AppState, Runtime};
+use async_trait::async_trait;
+use sigx_proto::ActorError;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The clustered pieces of a running host.
+pub struct ClusterParts {
+    /// This host's membership.
+    pub membership: MembershipHandle,
+    /// This host's side of the directory.
+    pub directory: Directory,
+    /// The routing loop.
+    pub router: Arc<Router>,
+    _view_feed: Subscription,
+}
+
+impl ClusterParts {
+    /// Publishes `leaving`: no new activations here; callers re-place.
+    pub(crate) async fn leaving(&self) {
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.membership.set_status(HostStatus::Leaving),
+        )
+        .await;
+        if !matches!(r, Ok(Ok(()))) {
+            tracing::warn!(?r, "could not publish leaving; continuing the stop");
+        }
+    }
+
+    /// Lets the new owners of this host's former partitions collect from it: waits (bounded)
+    /// until its own view shows it leaving and one beat has passed, so peers have observed it.
+    pub(crate) async fn hand_over(&self, deadline: Instant) {
+        let me = self.membership.self_id().to_string();
+        let mut rx = self.membership.subscribe();
+        let _ = tokio::time::timeout_at(
+            deadline,
+            rx.wait_for(|v| v.get(&me).is_some_and(|d| d.status == HostStatus::Leaving)),
+        )
+        .await;
+    }
+
+    /// Withdraws the membership record.
+    pub(crate) async fn withdraw(&self) {
+        match tokio::time::timeout(Duration::from_secs(5), self.membership.leave()).await {
+            Ok(Ok(())) => {}
+            other => tracing::warn!(
+                ?other,
+                "could not withdraw the membership record; peers will expire it"
+            ),
+        }
+    }
+}
+
+impl Router {
+    /// Counters for `/metrics`.
+    pub fn status_counters(&self) -> Vec<(String, u64)> {
+        use crate::app::Dispatcher;
+        self.status().counters.into_iter().collect()
+    }
+}
+
+/// The directory's view of a membership view.
+pub fn dir_view(view: &MembershipView) -> DirView {
+    DirView::new(
+        view.version,
+        view.hosts()
+            .iter()
+            .map(|h| {
+                PeerInfo::new(
+                    h.id.as_str(),
+                    h.advertise.as_str(),
+                    match h.status {
+                        HostStatus::Joining => PeerStatus::Joining,
+                        HostStatus::Active => PeerStatus::Active,
+                        HostStatus::Leaving => PeerStatus::Leaving,
+                    },
+                    h.is_stateful(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The routing loop's lookups, answered by the directory.
+struct DirectoryLocator(Directory);
+
+#[async_trait]
+impl Locator for DirectoryLocator {
+    async fn locate(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<String>, ActorError> {
+        Ok(self.0.lookup(actor, deadline).await?.map(|l| l.host))
+    }
+    fn counters(&self) -> Vec<(String, u64)> {
+        let c = self.0.counters();
+        vec![
+            ("hostSweeps".into(), c.host_sweeps),
+            ("sweptEntries".into(), c.swept_entries),
+            ("sweepsSkippedGraceful".into(), c.sweeps_skipped_graceful),
+            ("partitionsRecovering".into(), c.partitions_recovering),
+            ("collectionsRun".into(), c.collections_run),
+            ("collectionTimeMs".into(), c.collection_time_ms),
+            ("conflictingReports".into(), c.conflicting_reports),
+            ("lazyEvictions".into(), c.lazy_evictions),
+            ("directoryEntries".into(), c.entries),
+        ]
+    }
+}
+
+pub(crate) struct BringUp {
+    pub cfg: Config,
+    pub opts: HostOptions,
+    pub state: Arc<HostState>,
+    pub runtime: Runtime,
+    pub late_gate: Arc<LateGate>,
+    pub late_dispatcher: Arc<LateDispatcher>,
+    pub listener: TcpMeshListener,
+    pub cell: Arc<tokio::sync::OnceCell<ClusterParts>>,
+    pub down: watch::Receiver<bool>,
+}
+
+fn build_provider(cfg: &Config, opts: &HostOptions) -> Result<Arc<dyn MembershipProvider>, String> {
+    if let Some(p) = &opts.provider {
+        return Ok(p.clone());
+    }
+    match cfg.membership {
+        MembershipKind::Sqlite => Err("SQLITE-PENDING".to_string()),
+        MembershipKind::Kubernetes => Err(
+            "the kubernetes membership provider is selected but this build has none wired"
+                .to_string(),
+        ),
+        MembershipKind::None => Err("no membership".into()),
+    }
+}
+
+/// Joins the cluster once the app has registered; then keeps readiness and fencing in step.
+pub(crate) async fn bring_up(b: BringUp) {
+    let BringUp {
+        cfg,
+        opts,
+        state,
+        runtime,
+        late_gate,
+        late_dispatcher,
+        listener,
+        cell,
+        down,
+    } = b;
+    // 1. The app registers first: the host publishes the types it registers.
+    let mut app_rx = runtime.watch_app();
+    let session = loop {
+        if let AppState::Attached(s) = &*app_rx.borrow_and_update() {
+            break s.clone();
+        }
+        if app_rx.changed().await.is_err() {
+            return;
+        }
+    };
+    let mut descriptor = HostDescriptor::new(
+        cfg.host_id.clone(),
+        cfg.advertise.clone(),
+        Some(session.registry.all_types()),
+        Some(session.registry.stateful_types()),
+    );
+    if let Some(node) = &cfg.node {
+        descriptor.meta.insert("node".into(), node.clone());
+    }
+    descriptor.meta.insert("role".into(), cfg.role.clone());
+    descriptor.started_at_unix_ms = opts.clock.wall_unix_ms();
+
+    // 2. Join as joining.
+    let provider = match build_provider(&cfg, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!("cannot build the membership provider: {e}");
+            state.set_fenced(format!("membership provider unavailable: {e}"));
+            return;
+        }
+    };
+    let mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
+    let membership = {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            match crate::membership::start(
+                provider.clone(),
+                descriptor.clone(),
+                mcfg.clone(),
+                opts.clock.clone(),
+            )
+            .await
+            {
+                Ok(m) => break m,
+                Err(e) => {
+                    tracing::warn!(error = %e, "join failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    };
+
+    // 3. The directory, fed by the membership views in order.
+    let lease_handle = membership.clone();
+    let views = Arc::new(ViewCell::new(
+        cfg.host_id.clone(),
+        dir_view(&membership.view()),
+        move || {
+            lease_handle
+                .check_lease()
+                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+        },
+    ));
+    let feed = {
+        let views = views.clone();
+        membership.on_change(move |v| views.publish(dir_view(v)))
+    };
+    views.publish(dir_view(&membership.view()));
+    {
+        let m = membership.clone();
+        views.on_refresh_request(move || {
+            let m = m.clone();
+            tokio::spawn(async move {
+                let _ = m.refresh().await;
+            });
+        });
+    }
+    let auth = match &cfg.secret {
+        Some(secret) => match crate::mesh::MeshSecret::new(secret.expose()) {
+            Ok(s) => MeshAuth::Secret(s),
+            Err(e) => {
+                state.set_fenced(format!("mesh secret refused: {e}"));
+                return;
+            }
+        },
+        None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
+    };
+    let mesh = Arc::new(MeshClient::new(
+        cfg.host_id.clone(),
+        auth.clone(),
+        opts.clock.clone(),
+        opts.connector.clone(),
+        MeshClientConfig {
+            max_message_bytes: cfg.max_payload_bytes + 64 * 1024,
+            ..MeshClientConfig::default()
+        },
+    ));
+    let directory = Directory::start(
+        views.clone() as Arc<dyn ViewSource>,
+        mesh.clone(),
+        DirectoryConfig::default(),
+    );
+    let router = Arc::new(Router::new(
+        RouterConfig {
+            retries: cfg.retries,
+            policy: cfg.placement.into(),
+            ..RouterConfig::default()
+        },
+        membership.clone(),
+        runtime.clone(),
+        mesh.clone(),
+        Arc::new(DirectoryLocator(directory.clone())),
+        state.clone(),
+    ));
+    late_gate.set(Arc::new(directory.gate()));
+    late_dispatcher.set(router.clone());
+
+    // 4. The mesh server (the listener was bound before the join).
+    let server_cfg = MeshServerConfig {
+        max_message_bytes: cfg.max_payload_bytes + 64 * 1024,
+        ..MeshServerConfig::default()
+    };
+    let verifier = Arc::new(Verifier::new(
+        auth,
+        opts.clock.clone(),
+        Duration::from_secs(60),
+        Arc::new(KnownFromViews(views.clone() as Arc<dyn ViewSource>)),
+    ));
+    let service = MeshService::new(
+        Arc::new(Inbound::new(router.clone())),
+        Arc::new(directory.clone()),
+        &server_cfg,
+    );
+    tokio::spawn(async move {
+        if let Err(e) =
+            crate::mesh::serve(listener, verifier, service, server_cfg, wait_down(down)).await
+        {
+            tracing::error!(error = %e, "mesh server failed");
+        }
+    });
+
+    let _ = cell.set(ClusterParts {
+        membership: membership.clone(),
+        directory,
+        router,
+        _view_feed: feed,
+    });
+
+    // 5. Active, then ready once our own view shows our own active record.
+    if let Err(e) = membership.set_status(HostStatus::Active).await {
+        tracing::error!(error = %e, "could not publish active");
+    }
+    let me = cfg.host_id.clone();
+    let mut view_rx = membership.subscribe();
+    let mut fence_rx = membership.fenced_signal();
+    loop {
+        if let Some(reason) = fence_rx.borrow_and_update().clone()
+            && reason != FenceReason::Left
+        {
+            on_fence(&state, &runtime, &reason, cfg.exit_on_fence);
+            return;
+        }
+        let attached = matches!(&*app_rx.borrow_and_update(), AppState::Attached(_));
+        let active = view_rx
+            .borrow_and_update()
+            .get(&me)
+            .is_some_and(|d| d.status == HostStatus::Active);
+        if !state.leaving() {
+            state.set_ready(attached && active);
+            if !attached && active {
+                // The app went away: its activations are dropped; take no new placements.
+                let _ = membership.set_status(HostStatus::Joining).await;
+            } else if attached && !active && !state.leaving() {
+                let self_status = view_rx.borrow().get(&me).map(|d| d.status);
+                if self_status == Some(HostStatus::Joining) {
+                    let _ = membership.set_status(HostStatus::Active).await;
+                }
+            }
+        }
+        tokio::select! {
+            r = app_rx.changed() => if r.is_err() { return },
+            r = view_rx.changed() => if r.is_err() { return },
+            r = fence_rx.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+fn on_fence(state: &HostState, runtime: &Runtime, reason: &FenceReason, exit: bool) {
+    tracing::error!(%reason, "FENCED: this host can no longer prove its membership; every \
+        activation is dropped and new ones are refused until the orchestrator restarts it");
+    state.set_fenced(reason.to_string());
+    runtime.drop_all();
+    if exit {
+        tracing::error!("exiting on fence (SIGX_EXIT_ON_FENCE)");
+        std::process::exit(70);
+    }
+}
