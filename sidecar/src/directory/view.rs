@@ -246,6 +246,16 @@ impl ViewSource for ViewCell {
     }
 }
 
+/// The mesh's peer check answered from a [`ViewSource`]: a peer is known when it is in the
+/// current view, whatever its status.
+pub struct KnownFromViews(pub Arc<dyn ViewSource>);
+
+impl crate::mesh::KnownPeers for KnownFromViews {
+    fn is_known(&self, peer: &str) -> bool {
+        self.0.view().get(peer).is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

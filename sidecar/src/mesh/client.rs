@@ -356,11 +356,12 @@ fn classify(peer: PeerAddr<'_>, status: tonic::Status) -> MeshCallError {
         tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => MeshCallError::Timeout {
             peer: peer.id.to_owned(),
         },
-        // A resource limit answered by the server's own gRPC layer (e.g. an oversize message):
-        // refused while decoding, before any work.
-        tonic::Code::ResourceExhausted | tonic::Code::InvalidArgument => {
+        // A size limit hit by a gRPC codec (the server's decoder refusing an oversize request
+        // before any work, or our own encoder/decoder). `invalid` is never retried, so reading
+        // an oversize *response* this way cannot run a call twice.
+        tonic::Code::ResourceExhausted | tonic::Code::OutOfRange | tonic::Code::InvalidArgument => {
             MeshCallError::Answered(ActorError::invalid(format!(
-                "host {} refused the request: {}",
+                "mesh call to host {} exceeded a limit: {}",
                 peer.id,
                 status.message()
             )))

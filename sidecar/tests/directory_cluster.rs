@@ -1,0 +1,419 @@
+//! Several hosts' directories in one process, each behind its own authenticated mesh server on
+//! loopback TCP, driven by hand-built views: the single-activation guarantee under concurrent
+//! claims, ownership moving by collection, departures, and a deliberately broken variant that
+//! the same checks catch.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::future::join_all;
+use sigx_proto::v1::DeliverRequest;
+use sigx_proto::{ActorError, ErrorKind};
+use sigx_sidecar::clock::system;
+use sigx_sidecar::directory::{
+    DirView, Directory, DirectoryConfig, DirectoryGate, KnownFromViews, PeerInfo, PeerStatus,
+    ProtocolFaults, ViewCell, partition,
+};
+use sigx_sidecar::mesh::{
+    DeliverHandler, MeshAuth, MeshClient, MeshClientConfig, MeshServerConfig, MeshService,
+    TcpConnector, TcpMeshListener, Verifier, serve,
+};
+use sigx_sidecar::runtime::{ActivationGate, ActorId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+const SECRET: &str = "directory-test-secret";
+
+struct NoDeliver;
+
+#[async_trait]
+impl DeliverHandler for NoDeliver {
+    async fn deliver(&self, _: &str, _: DeliverRequest, _: Instant) -> Result<Bytes, ActorError> {
+        Err(ActorError::invalid("not used by directory tests"))
+    }
+}
+
+struct Host {
+    id: String,
+    addr: String,
+    cell: Arc<ViewCell>,
+    dir: Directory,
+    gate: DirectoryGate,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Host {
+    fn kill(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+struct Cluster {
+    hosts: Vec<Host>,
+}
+
+fn auth() -> MeshAuth {
+    MeshAuth::from_config(Some(SECRET), false).unwrap()
+}
+
+impl Cluster {
+    /// Starts `n` hosts named `h0..`, all seeing `initial(addrs)`.
+    async fn start(n: usize, faults: ProtocolFaults, claim_timeout: Duration) -> Cluster {
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            let l = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
+                .await
+                .unwrap();
+            listeners.push(l);
+        }
+        let addrs: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().to_string())
+            .collect();
+        let mut hosts = Vec::new();
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let id = format!("h{i}");
+            let cell = Arc::new(ViewCell::new(id.as_str(), DirView::empty(), || Ok(())));
+            let mesh = Arc::new(MeshClient::new(
+                id.as_str(),
+                auth(),
+                system(),
+                Arc::new(TcpConnector),
+                MeshClientConfig {
+                    connect_timeout: Duration::from_millis(300),
+                    ..Default::default()
+                },
+            ));
+            let dir = Directory::start(
+                cell.clone(),
+                mesh,
+                DirectoryConfig {
+                    rpc_timeout: Duration::from_millis(500),
+                    collect_retry: Duration::from_millis(20),
+                    claim_timeout,
+                    release_timeout: Duration::from_secs(2),
+                    faults: faults.clone(),
+                    ..Default::default()
+                },
+            );
+            let verifier = Arc::new(Verifier::new(
+                auth(),
+                system(),
+                Duration::from_secs(60),
+                Arc::new(KnownFromViews(cell.clone())),
+            ));
+            let config = MeshServerConfig::default();
+            let service = MeshService::new(Arc::new(NoDeliver), Arc::new(dir.clone()), &config);
+            let (stop, rx) = oneshot::channel::<()>();
+            tokio::spawn(serve(listener, verifier, service, config, async {
+                let _ = rx.await;
+            }));
+            hosts.push(Host {
+                id,
+                addr: addrs[i].clone(),
+                gate: dir.gate(),
+                dir,
+                cell,
+                stop: Some(stop),
+            });
+        }
+        Cluster { hosts }
+    }
+
+    /// A view of the given hosts with the given statuses.
+    fn view(&self, version: u64, members: &[(usize, PeerStatus)]) -> DirView {
+        DirView::new(
+            version,
+            members
+                .iter()
+                .map(|&(i, st)| {
+                    PeerInfo::new(
+                        self.hosts[i].id.as_str(),
+                        self.hosts[i].addr.as_str(),
+                        st,
+                        true,
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn publish(&self, version: u64, members: &[(usize, PeerStatus)], to: &[usize]) {
+        for &i in to {
+            self.hosts[i].cell.publish(self.view(version, members));
+        }
+    }
+
+    fn all_active(&self, idx: &[usize]) -> Vec<(usize, PeerStatus)> {
+        idx.iter().map(|&i| (i, PeerStatus::Active)).collect()
+    }
+
+    async fn until_ready(&self, idx: &[usize]) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if idx
+                .iter()
+                .all(|&i| self.hosts[i].dir.counters().partitions_recovering == 0)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        for &i in idx {
+            eprintln!("{}: {:?}", self.hosts[i].id, self.hosts[i].dir.counters());
+        }
+        panic!("partitions never became ready");
+    }
+}
+
+fn actor(i: usize) -> ActorId {
+    ActorId::new("Counter", format!("c-{i}"))
+}
+
+/// Claims every actor from every listed host at once; returns actor index -> winning host index,
+/// asserting exactly one winner per actor and that every loser was told who won.
+async fn claim_everywhere(
+    c: &Cluster,
+    hosts: &[usize],
+    actors: std::ops::Range<usize>,
+) -> HashMap<usize, usize> {
+    let mut calls = Vec::new();
+    for a in actors.clone() {
+        for &h in hosts {
+            let gate = c.hosts[h].gate.clone();
+            calls.push(async move {
+                let id = actor(a);
+                let r = gate.claim(&id, &format!("act-{a}-{h}")).await;
+                (a, h, r)
+            });
+        }
+    }
+    let mut winners: HashMap<usize, Vec<usize>> = HashMap::new();
+    let mut losers = Vec::new();
+    for (a, h, r) in join_all(calls).await {
+        match r {
+            Ok(()) => winners.entry(a).or_default().push(h),
+            Err(e) => losers.push((a, h, e)),
+        }
+    }
+    let mut out = HashMap::new();
+    for a in actors {
+        let w = winners.get(&a).cloned().unwrap_or_default();
+        assert_eq!(w.len(), 1, "actor {a}: winners {w:?}");
+        out.insert(a, w[0]);
+    }
+    for (a, h, e) in losers {
+        assert_eq!(e.kind, ErrorKind::WrongHost, "host {h} actor {a}: {e}");
+        assert_eq!(
+            e.owner_hint.as_deref(),
+            Some(c.hosts[out[&a]].id.as_str()),
+            "the loser is told who won"
+        );
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claims_from_every_host_have_exactly_one_winner() {
+    let c = Cluster::start(3, ProtocolFaults::default(), Duration::from_secs(5)).await;
+    c.publish(1, &c.all_active(&[0, 1, 2]), &[0, 1, 2]);
+    c.until_ready(&[0, 1, 2]).await;
+    let winners = claim_everywhere(&c, &[0, 1, 2], 0..60).await;
+    // Every host's lookup agrees with the winner.
+    for a in 0..60 {
+        for h in &c.hosts {
+            let found = h
+                .dir
+                .lookup(&actor(a), Instant::now() + Duration::from_secs(2))
+                .await
+                .unwrap()
+                .expect("registered");
+            assert_eq!(found.host, c.hosts[winners[&a]].id);
+        }
+    }
+    // After the winner releases, another host can claim.
+    let w = winners[&0];
+    c.hosts[w]
+        .gate
+        .release(&actor(0), &format!("act-0-{w}"))
+        .await;
+    let other = (w + 1) % 3;
+    c.hosts[other].gate.claim(&actor(0), "fresh").await.unwrap();
+    let found = c.hosts[w]
+        .dir
+        .lookup(&actor(0), Instant::now() + Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (found.host.as_str(), found.activation_id.as_str()),
+        (c.hosts[other].id.as_str(), "fresh")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ownership_moves_by_collection_without_losing_a_claim() {
+    let c = Cluster::start(4, ProtocolFaults::default(), Duration::from_secs(5)).await;
+    // h3 is joining: in the view, owns nothing.
+    let mut v1 = c.all_active(&[0, 1, 2]);
+    v1.push((3, PeerStatus::Joining));
+    c.publish(1, &v1, &[0, 1, 2, 3]);
+    c.until_ready(&[0, 1, 2]).await;
+    let winners = claim_everywhere(&c, &[0, 1, 2], 0..200).await;
+    let before: Vec<_> = (0..4)
+        .map(|i| c.hosts[i].dir.counters().collections_run)
+        .collect();
+    // h3 becomes active: about a quarter of the partitions move to it, by collection.
+    c.publish(2, &c.all_active(&[0, 1, 2, 3]), &[0, 1, 2, 3]);
+    c.until_ready(&[0, 1, 2, 3]).await;
+    let counters = c.hosts[3].dir.counters();
+    assert!(counters.collections_run > before[3], "{counters:?}");
+    assert!(counters.entries > 0, "h3 collected entries: {counters:?}");
+    assert_eq!(counters.conflicting_reports, 0);
+    // Nothing was lost: every actor is still found on its host, from every host, and claims
+    // from the others still lose to it.
+    for a in 0..200 {
+        let found = c.hosts[3]
+            .dir
+            .lookup(&actor(a), Instant::now() + Duration::from_secs(2))
+            .await
+            .unwrap()
+            .expect("still registered after the move");
+        assert_eq!(found.host, c.hosts[winners[&a]].id);
+    }
+    let moved: Vec<usize> = (0..200)
+        .filter(|&a| {
+            c.hosts[3]
+                .dir
+                .is_ready(partition("Counter", &format!("c-{a}")))
+        })
+        .collect();
+    assert!(!moved.is_empty(), "some actors' partitions moved to h3");
+    for &a in &moved {
+        let h = (winners[&a] + 1) % 3;
+        let e = c.hosts[h]
+            .gate
+            .claim(&actor(a), "intruder")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::WrongHost);
+        let e = c.hosts[3]
+            .gate
+            .claim(&actor(a), "intruder-3")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::WrongHost);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
+    let mut c = Cluster::start(4, ProtocolFaults::default(), Duration::from_secs(5)).await;
+    c.publish(1, &c.all_active(&[0, 1, 2, 3]), &[0, 1, 2, 3]);
+    c.until_ready(&[0, 1, 2, 3]).await;
+    // h2 holds actors 0..50, h3 holds 50..100.
+    for a in 0..50 {
+        c.hosts[2]
+            .gate
+            .claim(&actor(a), &format!("a{a}"))
+            .await
+            .unwrap();
+    }
+    for a in 50..100 {
+        c.hosts[3]
+            .gate
+            .claim(&actor(a), &format!("a{a}"))
+            .await
+            .unwrap();
+    }
+    // h3 leaves gracefully: announced leaving, releases, then departs.
+    let mut v = c.all_active(&[0, 1, 2]);
+    v.push((3, PeerStatus::Leaving));
+    c.publish(2, &v, &[0, 1, 2, 3]);
+    c.until_ready(&[0, 1, 2]).await;
+    for a in 50..100 {
+        c.hosts[3].gate.release(&actor(a), &format!("a{a}")).await;
+    }
+    c.hosts[3].kill();
+    // h2 crashes (expiry: never announced anything).
+    c.hosts[2].kill();
+    c.publish(3, &c.all_active(&[0, 1]), &[0, 1]);
+    c.until_ready(&[0, 1]).await;
+    let (c0, c1) = (c.hosts[0].dir.counters(), c.hosts[1].dir.counters());
+    assert_eq!(
+        c0.sweeps_skipped_graceful + c1.sweeps_skipped_graceful,
+        2,
+        "{c0:?} {c1:?}"
+    );
+    // The expired host's actors are gone from the directory and claimable by the survivors.
+    for a in 0..100 {
+        let found = c.hosts[0]
+            .dir
+            .lookup(&actor(a), Instant::now() + Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert!(found.is_none(), "actor {a} still names {found:?}");
+    }
+    let winners = claim_everywhere(&c, &[0, 1], 0..100).await;
+    assert_eq!(winners.len(), 100);
+}
+
+/// The scenario that Rule 2's view check exists for: h2 became active in its own view (V2)
+/// while h0 and h1 still see V1. If h0 and h1 answered h2's Collect anyway, h2 would be ready
+/// for partitions h1 also owns (and is ready for) under V1: two owners, two winners.
+async fn split_view_winners(faults: ProtocolFaults) -> usize {
+    let c = Cluster::start(3, faults, Duration::from_millis(800)).await;
+    let mut v1 = c.all_active(&[0, 1]);
+    v1.push((2, PeerStatus::Joining));
+    let v2 = c.all_active(&[0, 1, 2]);
+    // An actor owned by h1 in V1 and by h2 in V2.
+    let (view1, view2) = (c.view(1, &v1), c.view(2, &v2));
+    let key = (0..)
+        .map(|i| format!("split-{i}"))
+        .find(|k| {
+            let p = partition("Counter", k);
+            view1.owner(p).is_some_and(|o| &*o.id == "h1")
+                && view2.owner(p).is_some_and(|o| &*o.id == "h2")
+        })
+        .unwrap();
+    let p = partition("Counter", &key);
+    c.publish(1, &v1, &[0, 1, 2]);
+    c.until_ready(&[0, 1]).await;
+    c.publish(2, &v2, &[2]);
+    // Give h2's collector time to try (and, when broken, h1 time to re-collect under V1).
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if c.hosts[2].dir.is_ready(p) && c.hosts[1].dir.is_ready(p) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let id = ActorId::new("Counter", key.as_str());
+    let (r1, r2) = tokio::join!(
+        c.hosts[1].gate.claim(&id, "on-h1"),
+        c.hosts[2].gate.claim(&id, "on-h2")
+    );
+    [r1.is_ok(), r2.is_ok()].iter().filter(|ok| **ok).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_views_cannot_produce_two_owners() {
+    assert_eq!(split_view_winners(ProtocolFaults::default()).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_catches_collect_answered_across_fingerprints() {
+    let broken = ProtocolFaults {
+        collect_ignores_fingerprint: true,
+        ..Default::default()
+    };
+    assert_eq!(
+        split_view_winners(broken).await,
+        2,
+        "answering Collect under a different view must let two hosts win one actor"
+    );
+}
