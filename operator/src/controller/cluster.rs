@@ -1,0 +1,570 @@
+//! ActorCluster reconciliation: RBAC for the sidecars, the cluster secret, and the fleet
+//! status read from the cluster's Leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use sigx_crds::{ActorCluster, ActorClusterStatus, condition_types};
+use tracing::{Instrument, info, info_span, warn};
+
+use super::{Context, condition, condition_status};
+use crate::error::ReconcileError;
+use crate::fleet::{self, FleetSummary};
+use crate::render::{self, SecretSource};
+
+const KIND: &str = "ActorCluster";
+
+/// Whether the cluster's sidecars have a usable secret, and why (for the `SecretReady`
+/// condition). Never carries the secret itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretState {
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Builds the status from the fleet summary and the secret state; pure, so the conditions'
+/// rules are unit-tested. `invalid` is a spec error the API server's validation let through.
+pub fn cluster_status(
+    previous: Option<&ActorClusterStatus>,
+    generation: Option<i64>,
+    fleet: &FleetSummary,
+    secret: &SecretState,
+    invalid: Option<&str>,
+    membership_version: Option<i64>,
+    now: &Time,
+) -> ActorClusterStatus {
+    let prev = previous
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let summary = ActorClusterStatus::summary_line(fleet.hosts, fleet.nodes);
+    let (ready, ready_reason, ready_msg) = if let Some(why) = invalid {
+        (false, "InvalidSpec", why.to_owned())
+    } else if !secret.ready {
+        (false, "SecretNotReady", secret.message.clone())
+    } else if fleet.counts.active == 0 {
+        (
+            false,
+            "NoActiveHosts",
+            format!("{summary}; no host is active yet"),
+        )
+    } else {
+        (
+            true,
+            "HostsActive",
+            format!("{summary}; {} active", fleet.counts.active),
+        )
+    };
+    let mut troubles = Vec::new();
+    if let Some(why) = invalid {
+        troubles.push(("InvalidSpec", why.to_owned()));
+    }
+    if fleet.counts.fenced > 0 {
+        troubles.push((
+            "HostsFenced",
+            format!(
+                "{} host(s) fenced or stopped renewing their Lease; peers will drop them",
+                fleet.counts.fenced
+            ),
+        ));
+    }
+    if fleet.unreadable > 0 {
+        troubles.push((
+            "UnreadableDescriptors",
+            format!(
+                "{} Lease(s) carry no readable {} annotation; check the sidecar version",
+                fleet.unreadable,
+                fleet::DESCRIPTOR_ANNOTATION
+            ),
+        ));
+    }
+    if !secret.ready && invalid.is_none() {
+        troubles.push((secret.reason, secret.message.clone()));
+    }
+    let degraded = match troubles.first() {
+        Some((reason, _)) => condition(
+            prev,
+            condition_types::DEGRADED,
+            true,
+            reason,
+            troubles
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+            generation,
+            now,
+        ),
+        None => condition(
+            prev,
+            condition_types::DEGRADED,
+            false,
+            "AsExpected",
+            "no host is fenced and every descriptor is readable".to_owned(),
+            generation,
+            now,
+        ),
+    };
+    ActorClusterStatus {
+        observed_generation: generation,
+        hosts: fleet.hosts,
+        nodes: fleet.nodes,
+        counts: fleet.counts,
+        roles: fleet.roles.clone(),
+        membership_version,
+        conditions: vec![
+            condition(
+                prev,
+                condition_types::READY,
+                ready,
+                ready_reason,
+                ready_msg,
+                generation,
+                now,
+            ),
+            degraded,
+            condition(
+                prev,
+                condition_types::SECRET_READY,
+                secret.ready,
+                secret.reason,
+                secret.message.clone(),
+                generation,
+                now,
+            ),
+        ],
+        summary: Some(summary),
+    }
+}
+
+/// Reconciles one ActorCluster.
+pub async fn reconcile(
+    cluster: Arc<ActorCluster>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let name = cluster.name_any();
+    let namespace = cluster
+        .namespace()
+        .ok_or_else(|| ReconcileError::NoNamespace {
+            kind: KIND,
+            name: name.clone(),
+        })?;
+    let span = info_span!("reconcile", kind = KIND, namespace = %namespace, name = %name);
+    let key = format!("{KIND}/{namespace}/{name}");
+    let started = tokio::time::Instant::now();
+    let result = reconcile_inner(&cluster, &ctx, &namespace, &name)
+        .instrument(span)
+        .await;
+    let label = crate::metrics::KindLabel { kind: KIND };
+    ctx.metrics.reconciles.get_or_create(&label).inc();
+    ctx.metrics
+        .duration
+        .get_or_create(&label)
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
+    result
+}
+
+async fn reconcile_inner(
+    cluster: &ActorCluster,
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Action, ReconcileError> {
+    let previous = cluster.status.as_ref();
+    let generation = cluster.metadata.generation;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    // Lapse judgement needs a periodic look even when nothing is written.
+    let requeue = Action::requeue(Duration::from_secs(
+        u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
+    ));
+
+    let source = match render::secret_source(cluster) {
+        Ok(s) => s,
+        Err(e) => {
+            // CEL refuses this at admission; this guards objects that predate the rule.
+            let why = e.to_string();
+            let was_invalid = previous
+                .and_then(|s| {
+                    s.conditions
+                        .iter()
+                        .find(|c| c.type_ == condition_types::READY)
+                })
+                .is_some_and(|c| c.reason == "InvalidSpec");
+            if !was_invalid {
+                ctx.event(
+                    cluster,
+                    Event {
+                        type_: EventType::Warning,
+                        reason: "InvalidSpec".into(),
+                        note: Some(why.clone()),
+                        action: "Reconcile".into(),
+                        secondary: None,
+                    },
+                )
+                .await;
+            }
+            let secret = SecretState {
+                ready: false,
+                reason: "InvalidSpec",
+                message: why.clone(),
+            };
+            let status = cluster_status(
+                previous,
+                generation,
+                &FleetSummary::default(),
+                &secret,
+                Some(&why),
+                None,
+                &now,
+            );
+            write_status(ctx, cluster, namespace, name, status).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    let object = format!("{KIND} {namespace}/{name}");
+    let sa = render::service_account(cluster).map_err(ReconcileError::render(&object))?;
+    let role = render::lease_role(cluster).map_err(ReconcileError::render(&object))?;
+    let binding = render::lease_role_binding(cluster).map_err(ReconcileError::render(&object))?;
+    ctx.apply(namespace, &sa).await?;
+    ctx.apply(namespace, &role).await?;
+    ctx.apply(namespace, &binding).await?;
+    let secret = ensure_secret(cluster, ctx, namespace, &source).await?;
+
+    let mut version = None;
+    let tnow = tokio::time::Instant::now();
+    let hosts: Vec<fleet::HostRecord> = ctx
+        .cluster_leases(namespace, name, None)
+        .iter()
+        .map(|l| {
+            let rv = l.resource_version().and_then(|v| v.parse::<i64>().ok());
+            version = version.max(rv);
+            fleet::host_record(l, ctx.renewals.lapsed(l, tnow))
+        })
+        .collect();
+    let roles: Vec<String> = ctx
+        .roles
+        .state()
+        .iter()
+        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.cluster_ref.name == name)
+        .map(|r| r.name_any())
+        .collect();
+    let summary = fleet::summarize(&hosts, roles.iter().map(String::as_str));
+    let status = cluster_status(previous, generation, &summary, &secret, None, version, &now);
+
+    let before = previous.map(|s| (s.hosts, s.nodes, s.counts));
+    if before != Some((status.hosts, status.nodes, status.counts)) {
+        let line = status.summary.clone().unwrap_or_default();
+        info!(summary = %line, active = status.counts.active, fenced = status.counts.fenced, "fleet changed");
+        ctx.event(
+            cluster,
+            Event {
+                type_: EventType::Normal,
+                reason: "FleetChanged".into(),
+                note: Some(format!(
+                    "{line}: {} active, {} joining, {} leaving, {} fenced",
+                    status.counts.active,
+                    status.counts.joining,
+                    status.counts.leaving,
+                    status.counts.fenced
+                )),
+                action: "Observe".into(),
+                secondary: None,
+            },
+        )
+        .await;
+    }
+    let was_degraded =
+        previous.and_then(|s| condition_status(&s.conditions, condition_types::DEGRADED));
+    let is_degraded = condition_status(&status.conditions, condition_types::DEGRADED);
+    if is_degraded == Some("True") && was_degraded != Some("True") {
+        let note = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition_types::DEGRADED)
+            .map(|c| c.message.clone());
+        warn!(reason = ?note, "cluster degraded");
+        ctx.event(
+            cluster,
+            Event {
+                type_: EventType::Warning,
+                reason: "Degraded".into(),
+                note,
+                action: "Observe".into(),
+                secondary: None,
+            },
+        )
+        .await;
+    }
+    if previous != Some(&status) {
+        write_status(ctx, cluster, namespace, name, status).await?;
+    }
+    Ok(requeue)
+}
+
+async fn write_status(
+    ctx: &Context,
+    cluster: &ActorCluster,
+    namespace: &str,
+    name: &str,
+    status: ActorClusterStatus,
+) -> Result<(), ReconcileError> {
+    if cluster.status.as_ref() == Some(&status) {
+        return Ok(());
+    }
+    let api: Api<ActorCluster> = Api::namespaced(ctx.client.clone(), namespace);
+    let patch = json!({
+        "apiVersion": "actors.sigx.dev/v1alpha1",
+        "kind": "ActorCluster",
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(&ctx.field_manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(ReconcileError::kube(
+        "writing status",
+        format!("{KIND} {namespace}/{name}"),
+    ))?;
+    Ok(())
+}
+
+/// Makes sure the sidecars' secret exists. A generated Secret is created once and never
+/// rewritten (never rotated silently); its bytes are never logged.
+async fn ensure_secret(
+    cluster: &ActorCluster,
+    ctx: &Context,
+    namespace: &str,
+    source: &SecretSource,
+) -> Result<SecretState, ReconcileError> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let (name, key, generated) = match source {
+        SecretSource::Insecure => {
+            return Ok(SecretState {
+                ready: true,
+                reason: "Insecure",
+                message: "auth.insecure is true: host-to-host calls are not authenticated".into(),
+            });
+        }
+        SecretSource::Referenced { name, key } => (name, key, false),
+        SecretSource::Generated { name, key } => (name, key, true),
+    };
+    let what = format!("Secret {namespace}/{name}");
+    let mut existing = secrets
+        .get_opt(name)
+        .await
+        .map_err(ReconcileError::kube("reading", what.clone()))?;
+    if existing.is_none() && generated {
+        let bytes = (ctx.random)();
+        let rendered =
+            render::generated_secret(cluster, &bytes).map_err(ReconcileError::render(&what))?;
+        if let Some(secret) = rendered {
+            match secrets.create(&PostParams::default(), &secret).await {
+                Ok(created) => {
+                    ctx.metrics.secrets_generated.inc();
+                    let recreated = cluster
+                        .status
+                        .as_ref()
+                        .and_then(|s| {
+                            s.conditions
+                                .iter()
+                                .find(|c| c.type_ == condition_types::SECRET_READY)
+                        })
+                        .is_some_and(|c| c.reason == "Generated");
+                    let (type_, reason, note) = if recreated {
+                        (
+                            EventType::Warning,
+                            "SecretRegenerated",
+                            format!(
+                                "the generated Secret {name} was deleted, so a new one was generated; running hosts keep the old one until they restart"
+                            ),
+                        )
+                    } else {
+                        (
+                            EventType::Normal,
+                            "SecretGenerated",
+                            format!("generated Secret {name} (key {key}) with 32 random bytes"),
+                        )
+                    };
+                    info!(secret = %name, "generated the cluster secret");
+                    ctx.event(
+                        cluster,
+                        Event {
+                            type_,
+                            reason: reason.into(),
+                            note: Some(note),
+                            action: "Generate".into(),
+                            secondary: None,
+                        },
+                    )
+                    .await;
+                    existing = Some(created);
+                }
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    existing = secrets
+                        .get_opt(name)
+                        .await
+                        .map_err(ReconcileError::kube("reading", what.clone()))?;
+                }
+                Err(e) => return Err(ReconcileError::kube("creating", what)(e)),
+            }
+        }
+    }
+    let Some(secret) = existing else {
+        return Ok(SecretState {
+            ready: false,
+            reason: "SecretNotFound",
+            message: format!(
+                "Secret {name} named by auth.secretRef does not exist in namespace {namespace}; create it"
+            ),
+        });
+    };
+    let value = secret.data.as_ref().and_then(|d| d.get(key));
+    Ok(match value {
+        None => SecretState {
+            ready: false,
+            reason: "SecretKeyMissing",
+            message: format!("Secret {name} has no key {key:?}; add it"),
+        },
+        Some(v) if v.0.iter().all(u8::is_ascii_whitespace) => SecretState {
+            ready: false,
+            reason: "SecretEmpty",
+            message: format!(
+                "key {key:?} of Secret {name} is empty or whitespace; the sidecar refuses it"
+            ),
+        },
+        Some(_) if generated => SecretState {
+            ready: true,
+            reason: "Generated",
+            message: format!("using generated Secret {name}, key {key}"),
+        },
+        Some(_) => SecretState {
+            ready: true,
+            reason: "Referenced",
+            message: format!("using Secret {name}, key {key}"),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sigx_crds::{HostCounts, NodeCount};
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())
+    }
+
+    fn ok_secret() -> SecretState {
+        SecretState {
+            ready: true,
+            reason: "Generated",
+            message: "m".into(),
+        }
+    }
+
+    fn cond<'a>(
+        s: &'a ActorClusterStatus,
+        t: &str,
+    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn ready_needs_an_active_host_and_a_secret() {
+        let fleet = FleetSummary {
+            hosts: 3,
+            nodes: NodeCount::Known(1),
+            counts: HostCounts {
+                active: 3,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let s = cluster_status(None, Some(2), &fleet, &ok_secret(), None, Some(7), &now());
+        assert_eq!(s.summary.as_deref(), Some("3 host(s) / 1 node(s)"));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "Degraded").status, "False");
+        assert_eq!(s.observed_generation, Some(2));
+
+        let empty = cluster_status(
+            None,
+            Some(2),
+            &FleetSummary::default(),
+            &ok_secret(),
+            None,
+            None,
+            &now(),
+        );
+        assert_eq!(cond(&empty, "Ready").reason, "NoActiveHosts");
+        assert_eq!(
+            empty.summary.as_deref(),
+            Some("0 host(s) / node(s) unknown")
+        );
+
+        let missing = SecretState {
+            ready: false,
+            reason: "SecretNotFound",
+            message: "x".into(),
+        };
+        let s = cluster_status(None, Some(2), &fleet, &missing, None, None, &now());
+        assert_eq!(cond(&s, "Ready").reason, "SecretNotReady");
+        assert_eq!(cond(&s, "SecretReady").status, "False");
+        assert_eq!(cond(&s, "Degraded").reason, "SecretNotFound");
+    }
+
+    #[test]
+    fn fenced_hosts_degrade_and_transition_times_are_kept() {
+        let mut fleet = FleetSummary {
+            hosts: 2,
+            counts: HostCounts {
+                active: 1,
+                fenced: 1,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let first = cluster_status(None, Some(1), &fleet, &ok_secret(), None, None, &now());
+        assert_eq!(cond(&first, "Degraded").status, "True");
+        assert_eq!(cond(&first, "Degraded").reason, "HostsFenced");
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
+        fleet.counts.active = 1;
+        let second = cluster_status(
+            Some(&first),
+            Some(1),
+            &fleet,
+            &ok_secret(),
+            None,
+            None,
+            &later,
+        );
+        assert_eq!(
+            cond(&second, "Degraded").last_transition_time,
+            cond(&first, "Degraded").last_transition_time,
+            "no transition, no new timestamp"
+        );
+        fleet.counts.fenced = 0;
+        let third = cluster_status(
+            Some(&second),
+            Some(1),
+            &fleet,
+            &ok_secret(),
+            None,
+            None,
+            &later,
+        );
+        assert_eq!(cond(&third, "Degraded").status, "False");
+        assert_eq!(cond(&third, "Degraded").last_transition_time, later);
+    }
+}

@@ -1,0 +1,230 @@
+//! The two controllers and what they share.
+//!
+//! - [`cluster`]: ActorCluster → ServiceAccount, Role and RoleBinding on Leases, the generated
+//!   Secret, and a status aggregated from the cluster's Leases.
+//! - [`role`]: ActorRole → Deployment and PodDisruptionBudget, and the role's status.
+//!
+//! Both render desired objects with the pure functions in [`crate::render`] and write them with
+//! server-side apply under one field manager, so a reconciliation is idempotent and a no-op when
+//! nothing changed. One Lease watch ([`track_leases`]) feeds both: it keeps the Lease cache,
+//! notes when each `renewTime` changed (for lapse judgement), and triggers a reconciliation only
+//! when something the status shows changed — not on every heartbeat.
+
+pub mod cluster;
+pub mod role;
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use sigx_crds::{ActorCluster, ActorRole, labels};
+use tokio::sync::mpsc;
+
+use crate::backoff::Backoff;
+use crate::error::ReconcileError;
+use crate::fleet::{DESCRIPTOR_ANNOTATION, RenewTracker};
+use crate::metrics::Metrics;
+
+/// Everything a reconciliation needs.
+pub struct Context {
+    pub client: Client,
+    /// The server-side apply field manager (`sigx-operator`).
+    pub field_manager: String,
+    pub recorder: Recorder,
+    pub metrics: Arc<Metrics>,
+    pub backoff: Backoff,
+    /// Every sigx Lease in scope (labelled with a cluster).
+    pub leases: Store<Lease>,
+    pub renewals: Arc<RenewTracker>,
+    /// The role controller's cache of ActorRoles.
+    pub roles: Store<ActorRole>,
+    /// The source of generated cluster secrets: 32 bytes from the OS-seeded CSPRNG in
+    /// production, injectable so tests never depend on randomness.
+    pub random: Arc<dyn Fn() -> [u8; 32] + Send + Sync>,
+}
+
+impl Context {
+    /// Server-side applies `obj` (force: the operator owns what it renders).
+    pub(crate) async fn apply<K>(&self, namespace: &str, obj: &K) -> Result<K, ReconcileError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let name = obj.name_any();
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let what = format!("{} {namespace}/{name}", K::kind(&()));
+        api.patch(
+            &name,
+            &PatchParams::apply(&self.field_manager).force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .map_err(ReconcileError::kube("applying", what))
+    }
+
+    /// Publishes an Event about `obj`. Events are best effort: a failure is logged, never
+    /// fails the reconciliation.
+    pub(crate) async fn event<K: Resource<DynamicType = ()>>(&self, obj: &K, event: Event) {
+        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
+            tracing::debug!(error = %e, reason = %event.reason, "could not publish an event");
+        }
+    }
+
+    /// The Leases of one cluster (optionally one role of it).
+    pub(crate) fn cluster_leases(
+        &self,
+        namespace: &str,
+        cluster: &str,
+        role: Option<&str>,
+    ) -> Vec<Arc<Lease>> {
+        self.leases
+            .state()
+            .into_iter()
+            .filter(|l| l.metadata.namespace.as_deref() == Some(namespace))
+            .filter(|l| {
+                let lbl = l.metadata.labels.as_ref();
+                lbl.and_then(|m| m.get(labels::CLUSTER)).map(String::as_str) == Some(cluster)
+                    && role.is_none_or(|r| {
+                        lbl.and_then(|m| m.get(labels::ROLE)).map(String::as_str) == Some(r)
+                    })
+            })
+            .collect()
+    }
+}
+
+/// A condition, keeping `lastTransitionTime` from `previous` when the status did not change.
+pub(crate) fn condition(
+    previous: &[Condition],
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let since = previous
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        observed_generation: generation,
+        last_transition_time: since,
+    }
+}
+
+/// The `status` of a condition type in a list, if present.
+pub(crate) fn condition_status<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.as_str())
+}
+
+/// Descriptor annotation, cluster label, role label.
+type Fingerprint = (Option<String>, Option<String>, Option<String>);
+
+/// The parts of a Lease whose change the status shows (not `renewTime`).
+fn fingerprint(lease: &Lease) -> Fingerprint {
+    let labels = lease.metadata.labels.as_ref();
+    (
+        lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(DESCRIPTOR_ANNOTATION))
+            .cloned(),
+        labels.and_then(|l| l.get(labels::CLUSTER)).cloned(),
+        labels.and_then(|l| l.get(labels::ROLE)).cloned(),
+    )
+}
+
+fn refs(
+    lease: &Lease,
+) -> (
+    Option<ObjectRef<ActorCluster>>,
+    Option<ObjectRef<ActorRole>>,
+) {
+    let ns = lease.metadata.namespace.clone().unwrap_or_default();
+    let l = lease.metadata.labels.as_ref();
+    (
+        l.and_then(|l| l.get(labels::CLUSTER))
+            .map(|c| ObjectRef::new(c).within(&ns)),
+        l.and_then(|l| l.get(labels::ROLE))
+            .map(|r| ObjectRef::new(r).within(&ns)),
+    )
+}
+
+/// Watches every Lease labelled with a cluster: fills the cache, records renewals, and asks for
+/// a reconciliation of the cluster and role a Lease belongs to when its descriptor or labels
+/// change, or it appears or goes.
+pub(crate) async fn track_leases(
+    api: Api<Lease>,
+    writer: reflector::store::Writer<Lease>,
+    renewals: Arc<RenewTracker>,
+    clusters: mpsc::UnboundedSender<ObjectRef<ActorCluster>>,
+    roles: mpsc::UnboundedSender<ObjectRef<ActorRole>>,
+) {
+    let mut last: HashMap<(String, String), Fingerprint> = HashMap::new();
+    let config = watcher::Config::default().labels(labels::CLUSTER);
+    let mut events = reflector(writer, watcher(api, config).default_backoff()).boxed();
+    let notify = |lease: &Lease| {
+        let (c, r) = refs(lease);
+        if let Some(c) = c {
+            let _ = clusters.send(c);
+        }
+        if let Some(r) = r {
+            let _ = roles.send(r);
+        }
+    };
+    while let Some(event) = events.next().await {
+        let now = tokio::time::Instant::now();
+        match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                renewals.observe(&lease, now);
+                let key = (lease.namespace().unwrap_or_default(), lease.name_any());
+                let print = fingerprint(&lease);
+                let previous = last.insert(key, print.clone());
+                if previous.as_ref() != Some(&print) {
+                    if let Some((_, Some(old_cluster), old_role)) = previous {
+                        // Relabelled: the old cluster and role lose a host.
+                        let ns = lease.namespace().unwrap_or_default();
+                        let _ = clusters.send(ObjectRef::new(&old_cluster).within(&ns));
+                        if let Some(r) = old_role {
+                            let _ = roles.send(ObjectRef::new(&r).within(&ns));
+                        }
+                    }
+                    notify(&lease);
+                }
+            }
+            Ok(watcher::Event::Delete(lease)) => {
+                renewals.forget(&lease);
+                last.remove(&(lease.namespace().unwrap_or_default(), lease.name_any()));
+                notify(&lease);
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "watching sigx Leases failed; retrying with backoff")
+            }
+        }
+    }
+}
