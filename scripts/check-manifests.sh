@@ -44,7 +44,7 @@ refuses() { ! "$@"; }
 
 ALT_VALUES=(--set replicaCount=2 --set crds.keep=false --set serviceAccount.name=ops
     --set 'extraArgs={--verbose}' --set 'extraEnv[0].name=X' --set 'extraEnv[0].value=y'
-    --set 'imagePullSecrets[0].name=regcred' --set priorityClassName=system-cluster-critical)
+    --set 'imagePullSecrets[0].name=regcred' --set priorityClassName=system-cluster-critical --set watchNamespace=apps)
 
 check "helm lint --strict (defaults)" "${HELM}" lint --strict "${CHART}"
 check "helm lint --strict (non-default values)" "${HELM}" lint --strict "${CHART}" "${ALT_VALUES[@]}"
