@@ -1,0 +1,312 @@
+//! The Rust SDK against a real `sigx-sidecar` process: an app served in-process with the SDK,
+//! calls through the sidecar's Unix socket, errors by kind, idle re-activation, reconnection.
+//!
+//! Multi-threaded runtimes: the support helpers wait with blocking sleeps, and the app served in
+//! process must keep answering (a GOAWAY, a turn) meanwhile.
+
+mod sdk_support;
+
+use sdk_support::{Scratch, Sidecar};
+use sigx_sdk::{
+    ActorError, ActorType, App, Client, Context, ErrorKind, MemberFilter, ServeState, WorkerType,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Counter with a few extra methods to provoke each kind of answer.
+fn app(deactivations: Arc<AtomicUsize>) -> App {
+    let counter = ActorType::new("Counter", |_ctx: Context| async { Ok(0i64) })
+        .idle_timeout(Duration::from_millis(400))
+        .json_method("increment", |ctx, by: Option<i64>| async move {
+            let mut n = ctx.state().await;
+            let before = *n;
+            // Yield inside the turn: were two turns of one activation ever interleaved, both
+            // would read the same `before` and one increment would be lost.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            *n = before + by.unwrap_or(1);
+            Ok(*n)
+        })
+        .json_method("get", |ctx, (): ()| async move { Ok(*ctx.state().await) })
+        .json_method("activation", |ctx, (): ()| async move {
+            Ok(ctx.activation_id().to_string())
+        })
+        .json_method("fail", |_ctx, msg: String| async move {
+            Err::<(), _>(ActorError::app(msg))
+        })
+        .json_method("slow", |_ctx, ms: u64| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(())
+        })
+        .on_deactivate(move |_ctx, _reason| {
+            let d = deactivations.clone();
+            async move {
+                d.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        });
+    let echo =
+        WorkerType::new("Echo").method("echo", |ctx| async move { Ok(ctx.payload().clone()) });
+    App::new("sdk-e2e").actor(counter).worker(echo)
+}
+
+struct World {
+    _scratch: Scratch,
+    sidecar: Sidecar,
+    client: Client,
+    serving: sigx_sdk::ServeHandle,
+    deactivations: Arc<AtomicUsize>,
+}
+
+async fn world(tag: &str) -> World {
+    let scratch = Scratch::new(tag);
+    let socket = scratch.path("s.sock");
+    let sidecar = Sidecar::start(&scratch, &socket, &[]);
+    let client = Client::lazy(&socket).with_timeout(Duration::from_secs(5));
+    let deactivations = Arc::new(AtomicUsize::new(0));
+    let serving = app(deactivations.clone()).spawn(&client);
+    tokio::time::timeout(Duration::from_secs(5), serving.registered(1))
+        .await
+        .expect("registered within 5s")
+        .expect("registered");
+    World {
+        _scratch: scratch,
+        sidecar,
+        client,
+        serving,
+        deactivations,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_increments_and_concurrent_calls_are_each_counted_once() {
+    let w = world("count").await;
+    let c = w.client.actor("Counter", "a");
+    for expected in 1..=3i64 {
+        let n: i64 = c.call_json("increment", &()).await.unwrap();
+        assert_eq!(n, expected);
+    }
+    let n: i64 = c.call_json("increment", &10).await.unwrap();
+    assert_eq!(n, 13);
+
+    let calls = (0..40).map(|_| {
+        let c = c.clone();
+        async move { c.call_json::<(), i64>("increment", &()).await.unwrap() }
+    });
+    let mut seen = futures::future::join_all(calls).await;
+    seen.sort();
+    assert_eq!(
+        seen,
+        (14..=53).collect::<Vec<i64>>(),
+        "each turn saw the one before it"
+    );
+    assert_eq!(c.call_json::<(), i64>("get", &()).await.unwrap(), 53);
+
+    let other: i64 = w
+        .client
+        .call_json("Counter", "b", "get", &())
+        .await
+        .unwrap();
+    assert_eq!(other, 0, "another key is another actor");
+    w.serving.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_reach_the_caller_by_kind() {
+    let w = world("errors").await;
+    let e = w
+        .client
+        .call("Counter", "a", "fail", "\"out of stock\"")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::App, "{e}");
+    assert_eq!(e.message, "out of stock");
+
+    let e = w
+        .client
+        .call("Counter", "a", "decrement", "")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "unknown method: {e}");
+    assert!(e.message.contains("decrement"), "{e}");
+
+    let e = w.client.call("Nope", "a", "get", "").await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "unknown type: {e}");
+
+    let e = w
+        .client
+        .call("Counter", "a", "increment", "\"x\"")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Invalid, "bad payload: {e}");
+
+    let e = w
+        .client
+        .with_timeout(Duration::from_millis(200))
+        .call("Counter", "slow", "slow", "1000")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+
+    // After all that, the actor still works.
+    let n: i64 = w
+        .client
+        .call_json("Counter", "a", "increment", &())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    w.serving.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_actor_is_deactivated_and_comes_back_as_a_new_activation() {
+    let w = world("idle").await;
+    let first: String = w
+        .client
+        .call_json("Counter", "i", "activation", &())
+        .await
+        .unwrap();
+    let again: String = w
+        .client
+        .call_json("Counter", "i", "activation", &())
+        .await
+        .unwrap();
+    assert_eq!(first, again, "one activation while calls keep coming");
+    assert!(!first.is_empty());
+    w.client
+        .call("Counter", "i", "increment", "")
+        .await
+        .unwrap();
+
+    let mut waited = Duration::ZERO;
+    while w.deactivations.load(Ordering::SeqCst) == 0 {
+        assert!(
+            waited < Duration::from_secs(5),
+            "no Deactivate turn after the idle timeout"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let next: String = w
+        .client
+        .call_json("Counter", "i", "activation", &())
+        .await
+        .unwrap();
+    assert_ne!(
+        next, first,
+        "a new activation has a new id (the fencing token)"
+    );
+    let n: i64 = w
+        .client
+        .call_json("Counter", "i", "get", &())
+        .await
+        .unwrap();
+    assert_eq!(n, 0, "in-memory state went with the old activation");
+    w.serving.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_reconnects_when_the_sidecar_restarts() {
+    let mut w = world("reconnect").await;
+    let n: i64 = w
+        .client
+        .call_json("Counter", "r", "increment", &())
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+
+    w.sidecar.proc.terminate(Duration::from_secs(10));
+    let mut state = w.serving.watch();
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        state.wait_for(|s| matches!(s, ServeState::Connecting { .. })),
+    )
+    .await
+    .expect("the app noticed the sidecar left")
+    .unwrap();
+    drop(state);
+
+    // A new sidecar on the same socket path; the app finds it by itself.
+    let scratch_socket = w.sidecar.socket.clone();
+    w.sidecar = Sidecar::start(&w._scratch, &scratch_socket, &[]);
+    let host = tokio::time::timeout(Duration::from_secs(10), w.serving.registered(2))
+        .await
+        .expect("re-registered within 10s")
+        .unwrap();
+    w.sidecar.wait_ready();
+    assert!(!host.is_empty());
+    let n: i64 = w
+        .client
+        .call_json("Counter", "r", "increment", &())
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "a restarted sidecar starts with no activations");
+    w.serving.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_worker_on_and_on_change_see_the_host() {
+    let w = world("members").await;
+    let members = w.client.members(&MemberFilter::active()).await.unwrap();
+    assert_eq!(members.hosts.len(), 1);
+    let me = members.hosts[0].clone();
+    assert!(me.registers("Echo") && me.registers("Counter"));
+    let none = w
+        .client
+        .members(&MemberFilter::active().registers("Nope"))
+        .await
+        .unwrap();
+    assert!(none.hosts.is_empty(), "filtered by type: {none:?}");
+
+    let reply = w
+        .client
+        .worker_on(&me.id, "Echo")
+        .call("echo", "hi")
+        .await
+        .unwrap();
+    assert_eq!(&reply[..], b"hi");
+    let e = w
+        .client
+        .worker_on(&me.id, "Counter")
+        .call("get", "")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind,
+        ErrorKind::Invalid,
+        "a stateful type is refused: {e}"
+    );
+    let e = w
+        .client
+        .worker_on("no-such-host", "Echo")
+        .call("echo", "hi")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let _sub = w.client.on_change(MemberFilter::any(), move |m| {
+        let _ = tx.send(m.hosts.iter().map(|h| h.id.clone()).collect::<Vec<_>>());
+    });
+    let ids = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ids, vec![me.id.clone()]);
+    w.serving.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_that_stops_leaves_the_sidecar_not_ready() {
+    let w = world("stop").await;
+    assert_eq!(w.sidecar.health_status("/readyz"), 200);
+    w.serving.shutdown().await.unwrap();
+    let mut waited = Duration::ZERO;
+    while w.sidecar.health_status("/readyz") == 200 {
+        assert!(waited < Duration::from_secs(5), "still ready with no app");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    let e = w.client.call("Counter", "a", "get", "").await.unwrap_err();
+    assert_ne!(e.kind, ErrorKind::App, "no app to answer: {e}");
+}

@@ -1,0 +1,212 @@
+//! Shared by the `sdk_*` and `cli_*` tests: the real binaries (`sigx-sidecar`, `counter-app`,
+//! `sigx`) run as child processes on a Unix socket in a scratch directory.
+//!
+//! The binaries must be built first (`make test` does):
+//! `cargo build -p sigx-sidecar -p sigx-example-counter -p sigx-cli`.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// A built binary of the workspace, from the target directory this test runs from.
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is not built: run `cargo build -p sigx-sidecar -p sigx-example-counter -p sigx-cli` \
+         before these tests (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// A scratch directory removed on drop. Short path: Unix socket paths are limited to 107 bytes.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "sx-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (SIGKILL) on drop, with its output in a log file.
+pub struct Proc {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn spawn(mut cmd: Command, log: PathBuf) -> Proc {
+        let out = std::fs::File::create(&log).unwrap();
+        let err = out.try_clone().unwrap();
+        cmd.env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let child = cmd.spawn().expect("spawn");
+        Proc { child, log }
+    }
+
+    /// Sends a signal by name (`TERM`, `STOP`, ...) with the system's `kill`.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "kill -{name} {} failed", self.child.id());
+    }
+
+    /// SIGTERM, then waits (bounded) for the exit.
+    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        self.signal("TERM");
+        let deadline = std::time::Duration::from_millis(50);
+        let mut waited = Duration::ZERO;
+        while waited < grace {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(deadline);
+            waited += deadline;
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real `sigx-sidecar` with no cluster (`--membership none`).
+pub struct Sidecar {
+    pub proc: Proc,
+    pub socket: PathBuf,
+    pub health: SocketAddr,
+}
+
+impl Sidecar {
+    pub fn start(scratch: &Scratch, socket: &Path, extra: &[&str]) -> Sidecar {
+        let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut cmd = Command::new(bin("sigx-sidecar"));
+        cmd.arg("--membership")
+            .arg("none")
+            .arg("--socket")
+            .arg(socket)
+            .arg("--health-addr")
+            .arg(health.to_string())
+            .arg("--mesh-addr")
+            .arg(format!("127.0.0.1:{}", free_port()))
+            .args(extra);
+        let log = scratch.path(&format!("sidecar-{}.log", free_port()));
+        let proc = Proc::spawn(cmd, log);
+        let sidecar = Sidecar {
+            proc,
+            socket: socket.to_path_buf(),
+            health,
+        };
+        sidecar.wait_listening();
+        sidecar
+    }
+
+    /// Waits until the health port answers at all (the sidecar binds everything before it
+    /// reports anything).
+    fn wait_listening(&self) {
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(self.health).is_ok() && self.socket.exists() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "the sidecar did not start listening within 5s; its log:\n{}",
+            self.proc.log_text()
+        );
+    }
+
+    /// The HTTP status of `GET path` on the health port.
+    pub fn health_status(&self, path: &str) -> u16 {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(self.health).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut buf = String::new();
+        let _ = s.read_to_string(&mut buf);
+        buf.split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Waits (bounded) until `/readyz` says 200: an app is registered.
+    pub fn wait_ready(&self) {
+        for _ in 0..200 {
+            if self.health_status("/readyz") == 200 {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!(
+            "the sidecar was not ready within 5s; its log:\n{}",
+            self.proc.log_text()
+        );
+    }
+}
+
+/// A real `counter-app` on `socket`.
+pub fn counter_app(scratch: &Scratch, socket: &Path, env: &[(&str, &str)]) -> Proc {
+    let mut cmd = Command::new(bin("counter-app"));
+    cmd.arg("--socket").arg(socket);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Proc::spawn(cmd, scratch.path(&format!("app-{}.log", free_port())))
+}
