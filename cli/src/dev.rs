@@ -443,8 +443,23 @@ async fn wait_ready(hosts: &mut [DevHost], timeout: Duration) -> Result<(), UpEr
             return Ok(());
         }
         if Instant::now() >= deadline {
+            // The first host that is not ready usually says why in its log.
+            let first = pending
+                .first()
+                .and_then(|p| p.split_whitespace().nth(1))
+                .and_then(|i| i.trim_end_matches('\'').parse::<u32>().ok())
+                .and_then(|i| hosts.iter().find(|h| h.index == i));
+            let tail = first
+                .map(|h| {
+                    format!(
+                        "\nthe end of {}:\n{}",
+                        h.sidecar.log.display(),
+                        h.sidecar.log_tail(8)
+                    )
+                })
+                .unwrap_or_default();
             return Err(UpError::Failed(format!(
-                "the cluster was not ready within {}: {}",
+                "the cluster was not ready within {}: {}{tail}",
                 human(timeout),
                 pending.join("; ")
             )));
