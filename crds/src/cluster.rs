@@ -171,7 +171,7 @@ impl Default for MembershipSpec {
 /// - `insecure: true`: no authentication, a claim the user makes in writing.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("!(has(self.secretRef) && has(self.insecure) && self.insecure)").message("auth: set either secretRef or insecure: true, not both (set neither to have the operator generate a secret)").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!(has(self.secretRef) && has(self.insecure) && self.insecure == true)").message("auth: set either secretRef or insecure: true, not both (set neither to have the operator generate a secret)").reason(Reason::FieldValueForbidden))]
 pub struct AuthSpec {
     /// An existing Secret holding the cluster secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]

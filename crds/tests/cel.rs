@@ -148,6 +148,14 @@ fn cases() -> Vec<Case> {
                 json!({"sidecar": image, "auth": {"secretRef": secret_ref, "insecure": false}}),
             ),
         ),
+        accept(
+            "secretRef with insecure: null",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "auth": {"secretRef": secret_ref, "insecure": null}}),
+            ),
+        ),
         refuse(
             "secretRef and insecure: true",
             "actorclusters",
@@ -294,7 +302,7 @@ fn mutate(mut schema: Value, from: &str, to: &str) -> Value {
 fn broken_variants_of_each_rule_are_caught() {
     let clusters = schema("actorclusters");
     let roles = schema("actorroles");
-    let broken: [(&str, &str, &str); 6] = [
+    let broken: [(&str, &str, &str); 7] = [
         (
             "actorclusters",
             "self.ttlSeconds > 2 * self.heartbeatSeconds",
@@ -302,8 +310,15 @@ fn broken_variants_of_each_rule_are_caught() {
         ),
         (
             "actorclusters",
-            "!(has(self.secretRef) && has(self.insecure) && self.insecure)",
+            "!(has(self.secretRef) && has(self.insecure) && self.insecure == true)",
             "!(has(self.secretRef) && has(self.insecure))",
+        ),
+        // `insecure: null` is a bool-typed null to CEL: `&& self.insecure` fails to evaluate on
+        // it (and the object is refused), `== true` does not.
+        (
+            "actorclusters",
+            "!(has(self.secretRef) && has(self.insecure) && self.insecure == true)",
+            "!(has(self.secretRef) && has(self.insecure) && self.insecure)",
         ),
         (
             "actorclusters",
