@@ -12,7 +12,7 @@ pub mod policy;
 pub mod router;
 pub mod routes;
 
-pub use policy::Policy;
+pub use policy::{PlacementRng, Policy};
 pub use router::{Inbound, Locator, Router, RouterConfig};
 pub use routes::RouteCache;
 
@@ -55,9 +55,20 @@ pub fn choose<'v>(
     actor_type: &str,
     self_id: &str,
 ) -> Result<&'v HostDescriptor, ActorError> {
+    choose_with(policy, view, actor_type, self_id, None)
+}
+
+/// [`choose`] drawing the policy's randomness from `rng` when given.
+pub fn choose_with<'v>(
+    policy: Policy,
+    view: &'v MembershipView,
+    actor_type: &str,
+    self_id: &str,
+    rng: Option<&PlacementRng>,
+) -> Result<&'v HostDescriptor, ActorError> {
     let candidates = eligible(view, actor_type);
     policy
-        .pick(&candidates, self_id)
+        .pick_with(&candidates, self_id, rng)
         .ok_or_else(|| unplaceable(view, actor_type))
 }
 

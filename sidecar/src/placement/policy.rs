@@ -2,6 +2,11 @@
 
 use crate::membership::HostDescriptor;
 use rand::RngExt;
+use std::sync::{Arc, Mutex};
+
+/// A seeded source of placement randomness. Production leaves it unset and uses the thread RNG;
+/// the deterministic simulator seeds one per host, so a failing seed replays the same choices.
+pub type PlacementRng = Arc<Mutex<rand::rngs::StdRng>>;
 
 /// A placement policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -20,6 +25,16 @@ impl Policy {
         candidates: &[&'v HostDescriptor],
         self_id: &str,
     ) -> Option<&'v HostDescriptor> {
+        self.pick_with(candidates, self_id, None)
+    }
+
+    /// [`Policy::pick`] drawing from `rng` when given (the simulator's seeded RNG).
+    pub fn pick_with<'v>(
+        self,
+        candidates: &[&'v HostDescriptor],
+        self_id: &str,
+        rng: Option<&PlacementRng>,
+    ) -> Option<&'v HostDescriptor> {
         if candidates.is_empty() {
             return None;
         }
@@ -28,7 +43,13 @@ impl Policy {
         {
             return Some(me);
         }
-        let i = rand::rng().random_range(0..candidates.len());
+        let i = match rng {
+            Some(rng) => rng
+                .lock()
+                .expect("placement rng lock")
+                .random_range(0..candidates.len()),
+            None => rand::rng().random_range(0..candidates.len()),
+        };
         Some(candidates[i])
     }
 }

@@ -7,7 +7,7 @@
 //! delays calls but fails none. A call whose connection died in flight is `outcome-unknown` and
 //! is never retried: only the caller knows whether its method is idempotent.
 
-use super::{Policy, RouteCache, choose, eligible, is_eligible};
+use super::{PlacementRng, Policy, RouteCache, choose_with, eligible, is_eligible};
 use crate::app::Dispatcher;
 use crate::health::HostState;
 use crate::membership::{MemberFilter, MembershipHandle, MembershipView};
@@ -80,6 +80,8 @@ pub struct RouterConfig {
     pub policy: Policy,
     /// Pause before a retry, multiplied by the attempt number.
     pub backoff: Duration,
+    /// The policy's randomness; `None` = the thread RNG. The simulator seeds it.
+    pub rng: Option<PlacementRng>,
 }
 
 impl Default for RouterConfig {
@@ -88,6 +90,7 @@ impl Default for RouterConfig {
             retries: 3,
             policy: Policy::Random,
             backoff: Duration::from_millis(10),
+            rng: None,
         }
     }
 }
@@ -181,7 +184,11 @@ impl Router {
             if self.runtime.registers(ty) == Some(false) {
                 return Ok(self.me.to_string());
             }
-            return Ok(choose(self.cfg.policy, view, ty, &self.me)?.id.clone());
+            return Ok(
+                choose_with(self.cfg.policy, view, ty, &self.me, self.cfg.rng.as_ref())?
+                    .id
+                    .clone(),
+            );
         }
         if let Some(h) = hint
             && view.get(&h).is_some_and(|d| d.registers(ty))
@@ -198,7 +205,11 @@ impl Router {
                 return Ok(h);
             }
         }
-        Ok(choose(self.cfg.policy, view, ty, &self.me)?.id.clone())
+        Ok(
+            choose_with(self.cfg.policy, view, ty, &self.me, self.cfg.rng.as_ref())?
+                .id
+                .clone(),
+        )
     }
 
     async fn attempt(
