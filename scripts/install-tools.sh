@@ -18,7 +18,8 @@ PYTHON="${PYTHON:-python3}"
 mkdir -p "${BIN}"
 
 # kubernetes-validate: installed into the current Python (it is a small pure-Python package).
-if ! "${PYTHON}" -m pip show kubernetes-validate >/dev/null 2>&1; then
+installed="$("${PYTHON}" -m pip show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p')"
+if [[ "${installed}" != "${VALIDATE_PKG#*==}" ]]; then
     echo "install-tools: pip installing ${VALIDATE_PKG}"
     "${PYTHON}" -m pip install --quiet --disable-pip-version-check "${VALIDATE_PKG}"
 fi

@@ -57,7 +57,9 @@ fn render_all() -> Rendered {
     let engine_d = render::deployment(&cluster, &engine).unwrap();
     for (role, d) in [(&web, &web_d), (&engine, &engine_d)] {
         docs.push(json(d));
-        docs.push(json(&render::pod_disruption_budget(&cluster, role).unwrap()));
+        docs.push(json(
+            &render::pod_disruption_budget(&cluster, role).unwrap(),
+        ));
     }
     Rendered {
         docs,
@@ -101,7 +103,9 @@ fn web_registers_only_echo_and_engine_only_counter() {
     assert!(!web.contains_key("actors.sigx.dev/type.Counter"));
     let engine = pod_labels(&r.engine);
     assert_eq!(
-        engine.get("actors.sigx.dev/type.Counter").map(String::as_str),
+        engine
+            .get("actors.sigx.dev/type.Counter")
+            .map(String::as_str),
         Some("true")
     );
     assert!(!engine.contains_key("actors.sigx.dev/type.Echo"));
@@ -164,19 +168,24 @@ fn both_roles_share_the_generated_secret_and_the_account() {
     }
 }
 
-/// Writes the rendered manifests for the schema check when asked to.
+/// The manifests as the schema check reads them: one multi-document YAML stream that parses
+/// back to the same objects. Written to `$SIGX_RENDER_OUT/rendered.yaml` when that is set.
 #[test]
-fn write_rendered_examples_when_asked() {
-    let Some(out) = std::env::var_os("SIGX_RENDER_OUT") else {
-        return;
-    };
-    let out = PathBuf::from(out);
-    std::fs::create_dir_all(&out).unwrap();
+fn rendered_examples_round_trip_through_yaml() {
     let r = render_all();
     let mut text = String::new();
     for doc in &r.docs {
         text.push_str("---\n");
         text.push_str(&serde_saphyr::to_string(doc).unwrap());
     }
-    std::fs::write(out.join("rendered.yaml"), text).unwrap();
+    let parsed: Vec<Value> = serde_saphyr::from_multiple(&text).expect("YAML stream parses");
+    assert_eq!(parsed.len(), r.docs.len());
+    for (back, doc) in parsed.iter().zip(&r.docs) {
+        assert_eq!(back, doc, "YAML round trip changed {}", doc["kind"]);
+    }
+    if let Some(out) = std::env::var_os("SIGX_RENDER_OUT") {
+        let out = PathBuf::from(out);
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("rendered.yaml"), text).unwrap();
+    }
 }
