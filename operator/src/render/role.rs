@@ -67,6 +67,9 @@ pub const SHUTDOWN_MARGIN_SECONDS: i64 = 10;
 
 const KIND: &str = "ActorRole";
 
+/// Prefix of every label the operator owns on pods.
+const SIGX_LABEL_PREFIX: &str = "actors.sigx.dev/";
+
 /// Seconds a pod of `cluster` is given to stop: in-flight turns may run to their deadline (the
 /// call timeout, also the sidecar's drain timeout), then the host hands its partitions over and
 /// withdraws its Lease, which takes up to a TTL for peers to converge; plus a margin.
@@ -203,6 +206,9 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
 
     let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
     let pod_labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    // The sigx labels say what the operator knows (cluster, role, declared types); a template
+    // may not claim any of them, e.g. a type its role does not declare.
+    pod_labels.retain(|k, _| !k.starts_with(SIGX_LABEL_PREFIX));
     pod_labels.extend(selector.clone());
     pod_labels.extend(type_labels);
     pod_labels.insert(
@@ -825,7 +831,7 @@ mod tests {
                 "clusterRef": {"name": "demo"},
                 "actors": ["Counter", "billing.Invoice"],
                 "workers": ["Echo"],
-                "template": {"metadata": {"labels": {"app": "x", "actors.sigx.dev/role": "spoofed"}},
+                "template": {"metadata": {"labels": {"app": "x", "actors.sigx.dev/role": "spoofed", "actors.sigx.dev/type.Undeclared": "true"}},
                              "spec": {"containers": [{"name": "app", "image": "a"}]}}
             }),
         );
@@ -848,6 +854,18 @@ mod tests {
             assert_eq!(labels[&format!("actors.sigx.dev/type.{t}")], "true");
         }
         assert_eq!(labels["app"], "x", "user labels are kept");
+        assert!(
+            !labels.contains_key("actors.sigx.dev/type.Undeclared"),
+            "a template cannot claim a type its role does not declare"
+        );
+        assert_eq!(
+            labels
+                .keys()
+                .filter(|k| k.starts_with("actors.sigx.dev/"))
+                .count(),
+            5,
+            "cluster, role and three types"
+        );
         let s = the_sidecar(&d);
         assert_eq!(env_value(s, "SIGX_ACTORS"), Some("Counter,billing.Invoice"));
         assert_eq!(env_value(s, "SIGX_WORKERS"), Some("Echo"));
