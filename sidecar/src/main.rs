@@ -40,12 +40,16 @@ fn main() {
             return 1;
         }
         tracing::info!("stop requested: graceful stop (signal again to skip to a fast exit)");
+        let cluster = host.cluster.clone();
         let stop = host.stop(StopKind::Graceful);
         tokio::pin!(stop);
         tokio::select! {
             _ = &mut stop => {}
             _ = host::first_signal() => {
-                tracing::warn!("second signal: fast exit");
+                tracing::warn!("second signal: fast exit (withdrawing the membership record first)");
+                if let Some(c) = cluster.get() {
+                    c.withdraw().await;
+                }
             }
         }
         0

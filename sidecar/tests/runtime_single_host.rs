@@ -380,3 +380,44 @@ async fn a_live_socket_is_never_stolen_and_a_stale_one_is_replaced() {
     assert_eq!(mode, 0o660);
     host.stop(sigx_sidecar::host::StopKind::Fast).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_app_finishes_its_turns_deactivates_and_then_the_stream_ends() {
+    let dir = tempdir();
+    let host = start_host(dir.path(), &[]).await;
+    let mut app = TestApp::start(
+        &host.socket,
+        register(vec![actor_spec("Counter", false, 0)], vec![]),
+        behaviours(&[("slow", Behaviour::SleepEcho(Duration::from_millis(300)))]),
+    )
+    .await
+    .unwrap();
+    let mut c = client(&host.socket).await;
+    call(&mut c, "Counter", "b", "get", b"", 5_000)
+        .await
+        .unwrap();
+    let socket = host.socket.clone();
+    let in_flight = tokio::spawn(async move {
+        let mut c = client(&socket).await;
+        call(&mut c, "Counter", "a", "slow", b"done", 5_000).await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    app.drain(Duration::from_secs(5)).await;
+    assert_eq!(
+        &in_flight.await.unwrap().unwrap()[..],
+        b"done",
+        "the in-flight turn finished"
+    );
+    let events = app.events();
+    for actor in ["Counter/a", "Counter/b"] {
+        assert!(
+            events
+                .iter()
+                .any(|e| e.actor == actor && e.what == "deactivate"),
+            "{actor} got its Deactivate turn before the stream ended: {events:?}"
+        );
+    }
+    assert!(host.runtime.live_activations().is_empty());
+    assert_eq!(http_get(host.health_addr, "/readyz").await, 503);
+    host.stop(sigx_sidecar::host::StopKind::Graceful).await;
+}

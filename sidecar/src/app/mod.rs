@@ -191,6 +191,12 @@ impl ActorHost for AppService {
                         }
                         session.complete(result)
                     }
+                    Some(Ok(v1::AppMessage {
+                        msg: Some(v1::app_message::Msg::Drain(_)),
+                    })) => {
+                        tracing::info!(app = %session.registry.app_name, "app asked to be drained");
+                        session.request_drain();
+                    }
                     Some(Ok(_)) => {
                         tracing::warn!("app sent a second Register or an empty message: ignored");
                     }

@@ -61,7 +61,7 @@ impl ClusterParts {
     }
 
     /// Withdraws the membership record.
-    pub(crate) async fn withdraw(&self) {
+    pub async fn withdraw(&self) {
         match tokio::time::timeout(Duration::from_secs(5), self.membership.leave()).await {
             Ok(Ok(())) => {}
             other => tracing::warn!(
@@ -318,13 +318,12 @@ pub(crate) async fn bring_up(b: BringUp) {
         _view_feed: feed,
     });
 
-    // 5. Active, then ready once our own view shows our own active record.
-    if let Err(e) = membership.set_status(HostStatus::Active).await {
-        tracing::error!(error = %e, "could not publish active");
-    }
+    // 5. Active, then ready once our own view shows our own active record. The status follows
+    //    the app: active while it is registered, leaving while it drains, joining while none is.
     let me = cfg.host_id.clone();
     let mut view_rx = membership.subscribe();
     let mut fence_rx = membership.fenced_signal();
+    let mut draining: Option<u64> = None;
     loop {
         if let Some(reason) = fence_rx.borrow_and_update().clone()
             && reason != FenceReason::Left
@@ -332,29 +331,75 @@ pub(crate) async fn bring_up(b: BringUp) {
             on_fence(&state, &runtime, &reason, cfg.exit_on_fence);
             return;
         }
-        let attached = matches!(&*app_rx.borrow_and_update(), AppState::Attached(_));
-        let active = view_rx
-            .borrow_and_update()
-            .get(&me)
-            .is_some_and(|d| d.status == HostStatus::Active);
+        let session = match &*app_rx.borrow_and_update() {
+            AppState::Attached(s) => Some(s.clone()),
+            AppState::Detached => None,
+        };
+        if let Some(s) = &session
+            && s.drain_requested()
+            && draining != Some(s.id)
+        {
+            draining = Some(s.id);
+            let (runtime, s, deadline) = (
+                runtime.clone(),
+                s.clone(),
+                Instant::now() + cfg.drain_timeout,
+            );
+            let membership = membership.clone();
+            tokio::spawn(async move {
+                if let Err(e) = membership.set_status(HostStatus::Leaving).await {
+                    tracing::warn!(error = %e, "could not publish leaving for the app's drain");
+                }
+                drain_app(&runtime, &s, deadline).await;
+            });
+        }
+        let self_status = view_rx.borrow_and_update().get(&me).map(|d| d.status);
+        let wanted = match &session {
+            Some(s) if draining == Some(s.id) => HostStatus::Leaving,
+            Some(_) => HostStatus::Active,
+            None => HostStatus::Joining,
+        };
         if !state.leaving() {
-            state.set_ready(attached && active);
-            if !attached && active {
-                // The app went away: its activations are dropped; take no new placements.
-                let _ = membership.set_status(HostStatus::Joining).await;
-            } else if attached && !active && !state.leaving() {
-                let self_status = view_rx.borrow().get(&me).map(|d| d.status);
-                if self_status == Some(HostStatus::Joining) {
-                    let _ = membership.set_status(HostStatus::Active).await;
+            state
+                .set_ready(wanted == HostStatus::Active && self_status == Some(HostStatus::Active));
+            if self_status.is_some() && self_status != Some(wanted) && wanted != HostStatus::Leaving
+            {
+                if let Err(e) = membership.set_status(wanted).await {
+                    tracing::warn!(error = %e, status = wanted.as_str(), "could not publish status");
                 }
             }
         }
+        let drain_signal = async {
+            match &session {
+                Some(s) if draining != Some(s.id) => s.drain_wanted().await,
+                _ => futures::future::pending().await,
+            }
+        };
         tokio::select! {
             r = app_rx.changed() => if r.is_err() { return },
             r = view_rx.changed() => if r.is_err() { return },
             r = fence_rx.changed() => if r.is_err() { return },
+            _ = drain_signal => {}
         }
     }
+}
+
+/// Drains the app that asked for it: in-flight turns finish, every activation gets its
+/// Deactivate turn and is unregistered, then the stream ends so the app can exit.
+pub(crate) async fn drain_app(
+    runtime: &Runtime,
+    session: &Arc<crate::runtime::AppSession>,
+    deadline: Instant,
+) {
+    let t = Instant::now();
+    let drained = runtime.drain(deadline).await;
+    runtime.deactivate_all(deadline).await;
+    tracing::info!(
+        drained,
+        ms = t.elapsed().as_millis() as u64,
+        "app drained: ending its stream"
+    );
+    session.end_stream();
 }
 
 fn on_fence(state: &HostState, runtime: &Runtime, reason: &FenceReason, exit: bool) {

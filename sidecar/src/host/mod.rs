@@ -258,18 +258,32 @@ impl Host {
                 down: down_rx.clone(),
             })));
         } else {
-            // A single host is ready while an app is registered.
+            // A single host is ready while an app is registered and not draining.
             let mut app_rx = runtime.watch_app();
             let state = state.clone();
+            let runtime = runtime.clone();
+            let drain_timeout = cfg.drain_timeout;
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let attached = matches!(
-                        &*app_rx.borrow_and_update(),
-                        crate::runtime::AppState::Attached(_)
-                    );
-                    state.set_ready(attached);
-                    if app_rx.changed().await.is_err() {
-                        return;
+                    let session = match &*app_rx.borrow_and_update() {
+                        crate::runtime::AppState::Attached(s) => Some(s.clone()),
+                        crate::runtime::AppState::Detached => None,
+                    };
+                    state.set_ready(session.as_ref().is_some_and(|s| !s.drain_requested()));
+                    let drain = async {
+                        match &session {
+                            Some(s) if !s.drain_requested() => s.drain_wanted().await,
+                            _ => futures::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        r = app_rx.changed() => if r.is_err() { return },
+                        _ = drain => {
+                            let s = session.clone().expect("draining session");
+                            state.set_ready(false);
+                            let (runtime, deadline) = (runtime.clone(), Instant::now() + drain_timeout);
+                            tokio::spawn(async move { cluster::drain_app(&runtime, &s, deadline).await });
+                        }
                     }
                 }
             }));

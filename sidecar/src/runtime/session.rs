@@ -27,10 +27,11 @@ pub struct AppSession {
     pub id: u64,
     /// What the app registered.
     pub registry: Arc<Registry>,
-    tx: mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>>>,
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
     next_turn: AtomicU64,
     closed: watch::Sender<bool>,
+    drain: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for AppSession {
@@ -52,11 +53,34 @@ impl AppSession {
         Arc::new(AppSession {
             id,
             registry: Arc::new(registry),
-            tx,
+            tx: Mutex::new(Some(tx)),
             pending: Mutex::new(Some(HashMap::new())),
             next_turn: AtomicU64::new(1),
             closed: watch::channel(false).0,
+            drain: watch::channel(false).0,
         })
+    }
+
+    /// The app asked to be drained before it goes away (`Drain`).
+    pub fn request_drain(&self) {
+        self.drain.send_replace(true);
+    }
+
+    /// Whether the app asked to be drained.
+    pub fn drain_requested(&self) -> bool {
+        *self.drain.borrow()
+    }
+
+    /// Resolves once the app asks to be drained.
+    pub async fn drain_wanted(&self) {
+        let mut rx = self.drain.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// Ends the sidecar's side of the `Serve` stream (after a drain): the app sees end-of-stream
+    /// and may exit. No turn can be sent afterwards.
+    pub fn end_stream(&self) {
+        self.tx.lock().expect("tx lock").take();
     }
 
     /// Whether the app's stream has closed.
@@ -151,7 +175,13 @@ impl AppSession {
                 kind: Some(kind_proto),
             })),
         };
-        let sent = registered && self.tx.send(Ok(msg)).is_ok();
+        let sent = registered
+            && self
+                .tx
+                .lock()
+                .expect("tx lock")
+                .as_ref()
+                .is_some_and(|tx| tx.send(Ok(msg)).is_ok());
         let app = self.registry.app_name.clone();
         async move {
             if !sent {
@@ -171,6 +201,8 @@ impl AppSession {
 
     /// Stops the `Serve` stream with an error status (e.g. when the host fences).
     pub fn abort(&self, status: tonic::Status) {
-        let _ = self.tx.send(Err(status));
+        if let Some(tx) = self.tx.lock().expect("tx lock").take() {
+            let _ = tx.send(Err(status));
+        }
     }
 }

@@ -76,6 +76,8 @@ pub enum Behaviour {
 /// A raw-protocol test app.
 pub struct TestApp {
     pub events: Arc<Mutex<Vec<Event>>>,
+    /// Becomes true when the sidecar ends the Serve stream.
+    pub ended: tokio::sync::watch::Receiver<bool>,
     pub host_id: String,
     tx: mpsc::UnboundedSender<v1::AppMessage>,
     task: tokio::task::JoinHandle<()>,
@@ -116,7 +118,9 @@ impl TestApp {
         let ev = events.clone();
         let out = tx.clone();
         let behaviour = Arc::new(behaviour);
+        let (ended_tx, ended) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
+            let _ended = scopeguard(ended_tx);
             let mut turns = tokio::task::JoinSet::new();
             while let Ok(Some(msg)) = inbound.message().await {
                 let Some(v1::sidecar_message::Msg::Turn(turn)) = msg.msg else {
@@ -178,10 +182,25 @@ impl TestApp {
         });
         Ok(TestApp {
             events,
+            ended,
             host_id,
             tx,
             task,
         })
+    }
+
+    /// Asks the sidecar to drain this app, keeps answering turns, and waits for the sidecar to
+    /// end the stream.
+    pub async fn drain(&mut self, within: Duration) {
+        self.tx
+            .send(v1::AppMessage {
+                msg: Some(v1::app_message::Msg::Drain(v1::Drain {})),
+            })
+            .unwrap();
+        tokio::time::timeout(within, self.ended.wait_for(|e| *e))
+            .await
+            .expect("the sidecar ends the stream after the drain")
+            .unwrap();
     }
 
     /// Kills the app: its stream closes mid-whatever.
@@ -193,6 +212,17 @@ impl TestApp {
     pub fn events(&self) -> Vec<Event> {
         self.events.lock().unwrap().clone()
     }
+}
+
+/// Sets the watch to true when dropped (the serving task ended).
+pub struct EndGuard(tokio::sync::watch::Sender<bool>);
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        self.0.send_replace(true);
+    }
+}
+fn scopeguard(tx: tokio::sync::watch::Sender<bool>) -> EndGuard {
+    EndGuard(tx)
 }
 
 /// A client for Call and Status.

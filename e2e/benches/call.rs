@@ -1,0 +1,331 @@
+//! Call latency and throughput of sigx next to raw tonic baselines measured in the same run.
+//!
+//! * same host: an actor call through the sidecar's Unix socket (SDK client → sidecar → SDK app
+//!   → back) vs a raw tonic unary echo over a Unix socket;
+//! * cross host: an actor call that crosses the mesh (client → sidecar A → mesh → sidecar B →
+//!   app B → back) vs a raw tonic unary echo over loopback TCP.
+//!
+//! Run: `make bench` (or `cargo bench -p sigx-e2e --bench call`). Figures are ratios against the
+//! baseline of the same run, because machines are noisy.
+
+use bytes::Bytes;
+use sigx_proto::v1;
+use sigx_proto::v1::actor_host_server::{ActorHost, ActorHostServer};
+use sigx_sdk::{ActorType, App, Client, Context, WorkerType};
+use sigx_sidecar::host::{Host, HostOptions, StopKind};
+use sigx_sidecar::membership::MemoryHub;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status, Streaming};
+
+const SEQUENTIAL: usize = 3_000;
+const CONCURRENCY: usize = 32;
+const THROUGHPUT_FOR: Duration = Duration::from_secs(2);
+const PAYLOAD: &[u8] = &[7u8; 64];
+
+/// A raw echo: the same generated service and messages, `Call` answers the payload back.
+struct RawEcho;
+
+#[tonic::async_trait]
+impl ActorHost for RawEcho {
+    type ServeStream = futures::stream::Empty<Result<v1::SidecarMessage, Status>>;
+    type WatchMembersStream = futures::stream::Empty<Result<v1::MembersResponse, Status>>;
+    async fn serve(
+        &self,
+        _r: Request<Streaming<v1::AppMessage>>,
+    ) -> Result<Response<Self::ServeStream>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+    async fn call(
+        &self,
+        r: Request<v1::CallRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        Ok(Response::new(v1::CallResponse {
+            payload: r.into_inner().payload,
+        }))
+    }
+    async fn members(
+        &self,
+        _r: Request<v1::MembersRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+    async fn dispatch_on(
+        &self,
+        _r: Request<v1::DispatchOnRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+    async fn watch_members(
+        &self,
+        _r: Request<v1::MembersRequest>,
+    ) -> Result<Response<Self::WatchMembersStream>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+    async fn status(
+        &self,
+        _r: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+}
+
+async fn raw_echo_uds(path: &Path) {
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ActorHostServer::new(RawEcho))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+}
+
+async fn raw_echo_tcp() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ActorHostServer::new(RawEcho))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    addr
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    p50_us: f64,
+    p99_us: f64,
+    per_sec: f64,
+}
+
+/// Sequential latency, then throughput with `CONCURRENCY` callers; `call(i)` makes call i.
+async fn measure<F, Fut>(call: F) -> Figures
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let call = Arc::new(call);
+    for i in 0..200 {
+        call(i).await;
+    }
+    let mut lat = Vec::with_capacity(SEQUENTIAL);
+    for i in 0..SEQUENTIAL {
+        let t = Instant::now();
+        call(i).await;
+        lat.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize];
+    let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let until = Instant::now() + THROUGHPUT_FOR;
+    let mut tasks = Vec::new();
+    for w in 0..CONCURRENCY {
+        let call = call.clone();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = w;
+            while Instant::now() < until {
+                call(i).await;
+                done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                i += CONCURRENCY;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    Figures {
+        p50_us: p(0.50),
+        p99_us: p(0.99),
+        per_sec: done.load(std::sync::atomic::Ordering::Relaxed) as f64
+            / THROUGHPUT_FOR.as_secs_f64(),
+    }
+}
+
+fn bench_app(name: &str) -> App {
+    let actor = ActorType::new("Bench", |_ctx: Context| async { Ok(()) })
+        .method("echo", |ctx| async move { Ok(ctx.payload().clone()) });
+    App::new(name)
+        .actor(actor)
+        .worker(WorkerType::new("Nop").method("nop", |_ctx| async move { Ok(Bytes::new()) }))
+}
+
+fn host_args(dir: &Path, id: &str, clustered: bool) -> sigx_sidecar::config::Config {
+    let mut args: Vec<String> = vec![
+        "sigx-sidecar".into(),
+        "--socket".into(),
+        dir.join(format!("{id}.sock")).display().to_string(),
+        "--health-addr".into(),
+        "127.0.0.1:0".into(),
+        "--host-id".into(),
+        id.into(),
+    ];
+    if clustered {
+        args.extend(
+            [
+                "--membership", "sqlite", "--sqlite-path", "unused.db", "--mesh-addr",
+                "127.0.0.1:0", "--advertise", "127.0.0.1:0", "--secret", "bench-secret",
+                "--beat-ms", "1000", "--ttl-ms", "5000",
+            ]
+            .map(String::from),
+        );
+    } else {
+        args.extend(["--membership", "none"].map(String::from));
+    }
+    <sigx_sidecar::config::Args as clap::Parser>::try_parse_from(args)
+        .unwrap()
+        .validate()
+        .unwrap()
+}
+
+async fn wait_ready(host: &Host) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !host.state.ready() {
+        assert!(Instant::now() < deadline, "host {} never became ready", host.id());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn row(name: &str, base: Figures, sigx: Figures) {
+    println!(
+        "{name:<11} | raw p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s | sigx p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s | p50 {:.2}x  p99 {:.2}x  throughput {:.0}%",
+        base.p50_us,
+        base.p99_us,
+        base.per_sec,
+        sigx.p50_us,
+        sigx.p99_us,
+        sigx.per_sec,
+        sigx.p50_us / base.p50_us,
+        sigx.p99_us / base.p99_us,
+        100.0 * sigx.per_sec / base.per_sec
+    );
+}
+
+async fn same_host(dir: &Path) -> (Figures, Figures) {
+    let raw_path = dir.join("raw.sock");
+    raw_echo_uds(&raw_path).await;
+    let raw = Client::lazy(&raw_path);
+    let base = measure(move |_| {
+        let raw = raw.clone();
+        async move {
+            raw.call("Bench", "k", "echo", Bytes::from_static(PAYLOAD)).await.unwrap();
+        }
+    })
+    .await;
+
+    let host = Host::start(host_args(dir, "solo", false)).await.unwrap();
+    let client = Client::lazy(&host.socket);
+    let serving = bench_app("bench").spawn(&client);
+    wait_ready(&host).await;
+    let sigx = measure(move |i| {
+        let client = client.clone();
+        async move {
+            client
+                .call("Bench", format!("k{}", i % 64), "echo", Bytes::from_static(PAYLOAD))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    drop(serving);
+    host.stop(StopKind::Fast).await;
+    (base, sigx)
+}
+
+async fn cross_host(dir: &Path) -> (Figures, Figures) {
+    let addr = raw_echo_tcp().await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let raw = v1::actor_host_client::ActorHostClient::new(channel);
+    let base = measure(move |_| {
+        let mut raw = raw.clone();
+        async move {
+            raw.call(v1::CallRequest {
+                actor: Some(v1::ActorRef {
+                    actor_type: "Bench".into(),
+                    key: "k".into(),
+                }),
+                method: "echo".into(),
+                payload: Bytes::from_static(PAYLOAD),
+                timeout_ms: 0,
+            })
+            .await
+            .unwrap();
+        }
+    })
+    .await;
+
+    // Host a registers only a worker, so every Bench call crosses the mesh to host b.
+    let hub = MemoryHub::new();
+    let a = Host::start_with(
+        host_args(dir, "a", true),
+        HostOptions {
+            provider: Some(hub.provider("a")),
+            ..HostOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let b = Host::start_with(
+        host_args(dir, "b", true),
+        HostOptions {
+            provider: Some(hub.provider("b")),
+            ..HostOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let ca = Client::lazy(&a.socket);
+    let cb = Client::lazy(&b.socket);
+    let _sa = App::new("front")
+        .worker(WorkerType::new("Nop").method("nop", |_ctx| async move { Ok(Bytes::new()) }))
+        .spawn(&ca);
+    let _sb = bench_app("back").spawn(&cb);
+    wait_ready(&a).await;
+    wait_ready(&b).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sigx = measure(move |i| {
+        let ca = ca.clone();
+        async move {
+            ca.call("Bench", format!("k{}", i % 64), "echo", Bytes::from_static(PAYLOAD))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    a.host_stop().await;
+    b.host_stop().await;
+    (base, sigx)
+}
+
+trait Stop {
+    async fn host_stop(self);
+}
+impl Stop for Host {
+    async fn host_stop(self) {
+        self.stop(StopKind::Fast).await
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        println!(
+            "sigx call benchmark: {SEQUENTIAL} sequential calls (latency), {CONCURRENCY} concurrent callers for {THROUGHPUT_FOR:?} (throughput), {}-byte payload",
+            PAYLOAD.len()
+        );
+        let (base, sigx) = same_host(dir.path()).await;
+        row("same-host", base, sigx);
+        let (base, sigx) = cross_host(dir.path()).await;
+        row("cross-host", base, sigx);
+    });
+}
