@@ -47,7 +47,37 @@ fn app(deactivations: Arc<AtomicUsize>) -> App {
         });
     let echo =
         WorkerType::new("Echo").method("echo", |ctx| async move { Ok(ctx.payload().clone()) });
-    App::new("sdk-e2e").actor(counter).worker(echo)
+    App::new("sdk-e2e")
+        .actor(counter)
+        .actor(meeting("Room", true))
+        .actor(meeting("Queue", false))
+        .worker(echo)
+}
+
+/// A type whose `meet` turn succeeds only when `n` turns of the same activation are inside it
+/// at once (waiting up to 1 s): a reentrant type lets them meet, a turn-based one never does.
+fn meeting(name: &str, reentrant: bool) -> ActorType<Arc<tokio::sync::watch::Sender<usize>>> {
+    ActorType::new(name, |_ctx: Context| async {
+        Ok(Arc::new(tokio::sync::watch::channel(0usize).0))
+    })
+    .reentrant(reentrant)
+    .json_method("meet", |ctx, n: usize| async move {
+        // Take the shared counter and release the state lock at once: the lock guards state,
+        // the sidecar decides whether turns overlap.
+        let present = ctx.state().await.clone();
+        present.send_modify(|p| *p += 1);
+        let mut rx = present.subscribe();
+        let met = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|p| *p >= n))
+            .await
+            .is_ok();
+        drop(rx);
+        if met {
+            Ok(())
+        } else {
+            present.send_modify(|p| *p -= 1);
+            Err(ActorError::app("met nobody: turns did not overlap"))
+        }
+    })
 }
 
 struct World {
@@ -309,4 +339,26 @@ async fn an_app_that_stops_leaves_the_sidecar_not_ready() {
     }
     let e = w.client.call("Counter", "a", "get", "").await.unwrap_err();
     assert_ne!(e.kind, ErrorKind::App, "no app to answer: {e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_type_overlaps_turns_and_a_turn_based_one_never_does() {
+    let w = world("reentrant").await;
+    let meet = |t: &'static str| {
+        let client = w.client.clone();
+        async move { client.call(t, "k", "meet", "3").await }
+    };
+    let room = futures::future::join_all((0..3).map(|_| meet("Room"))).await;
+    assert!(
+        room.iter().all(|r| r.is_ok()),
+        "reentrant turns met: {room:?}"
+    );
+
+    let queue = futures::future::join_all((0..3).map(|_| meet("Queue"))).await;
+    for r in &queue {
+        let e = r.as_ref().expect_err("a turn-based type ran turns at once");
+        assert_eq!(e.kind, ErrorKind::App, "{e}");
+        assert!(e.message.contains("met nobody"), "{e}");
+    }
+    w.serving.shutdown().await.unwrap();
 }
