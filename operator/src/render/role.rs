@@ -215,10 +215,11 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         names::MANAGED_BY.to_owned(),
         labels::MANAGED_BY_VALUE.to_owned(),
     );
-    meta.annotations.get_or_insert_with(BTreeMap::new).insert(
-        "kubectl.kubernetes.io/default-container".to_owned(),
-        pod.containers[0].name.clone(),
-    );
+    // `kubectl exec/logs` pick the app unless the template chose otherwise.
+    meta.annotations
+        .get_or_insert_with(BTreeMap::new)
+        .entry("kubectl.kubernetes.io/default-container".to_owned())
+        .or_insert_with(|| pod.containers[0].name.clone());
     template.spec = Some(pod);
 
     let mut deploy_labels = selector.clone();
@@ -364,6 +365,17 @@ fn check_reserved(
                 what: "container",
                 name: c.name.clone(),
             });
+        }
+    }
+    for c in &pod.containers {
+        for m in c.volume_mounts.iter().flatten() {
+            if m.mount_path.trim_end_matches('/') == SOCKET_DIR {
+                return Err(RenderError::ReservedName {
+                    role: role.to_owned(),
+                    what: "mount path",
+                    name: m.mount_path.clone(),
+                });
+            }
         }
     }
     for v in pod.volumes.iter().flatten() {
@@ -854,6 +866,19 @@ mod tests {
             assert_eq!(labels[&format!("actors.sigx.dev/type.{t}")], "true");
         }
         assert_eq!(labels["app"], "x", "user labels are kept");
+        let annotations = d
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            annotations["kubectl.kubernetes.io/default-container"],
+            "app"
+        );
         assert!(
             !labels.contains_key("actors.sigx.dev/type.Undeclared"),
             "a template cannot claim a type its role does not declare"
@@ -1091,6 +1116,21 @@ mod tests {
         assert!(matches!(
             refuse(reserved_vol),
             RenderError::ReservedName { what: "volume", .. }
+        ));
+
+        let reserved_mount = fixtures::role(
+            "r",
+            json!({"clusterRef": {"name": "demo"}, "actors": ["A"],
+            "template": {"spec": {"containers": [{"name": "app", "image": "a",
+                "volumeMounts": [{"name": "data", "mountPath": "/var/run/sigx/"}]}],
+                "volumes": [{"name": "data", "emptyDir": {}}]}}}),
+        );
+        assert!(matches!(
+            refuse(reserved_mount),
+            RenderError::ReservedName {
+                what: "mount path",
+                ..
+            }
         ));
 
         let sa = fixtures::role(
