@@ -362,3 +362,32 @@ async fn a_reentrant_type_overlaps_turns_and_a_turn_based_one_never_does() {
     }
     w.serving.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_app_is_drained_and_its_actors_deactivate_through_it() {
+    let w = world("drain").await;
+    for k in 0..5 {
+        w.client
+            .call("Counter", format!("d{k}"), "increment", "")
+            .await
+            .unwrap();
+    }
+    assert_eq!(w.deactivations.load(Ordering::SeqCst), 0);
+    let deactivations = w.deactivations.clone();
+    tokio::time::timeout(Duration::from_secs(40), w.serving.shutdown())
+        .await
+        .expect("drained within the bound")
+        .unwrap();
+    assert_eq!(
+        deactivations.load(Ordering::SeqCst),
+        5,
+        "every activation got its Deactivate turn before the app left"
+    );
+    let status = w.client.status().await.unwrap();
+    assert!(!status.app_connected);
+    assert!(
+        status.activations.iter().all(|a| a.activations == 0),
+        "{:?}",
+        status.activations
+    );
+}

@@ -13,8 +13,10 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
-/// How long a stopping app waits for its in-flight turns before it closes the stream.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stopping app waits for the sidecar to drain it (finish in-flight turns, deactivate
+/// every activation through this app, end the stream) before it closes the stream itself. The
+/// sidecar's own drain timeout defaults to 20 s; deactivation turns come on top of it.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why serving stopped for good. Everything transient (no sidecar yet, the sidecar restarted,
 /// the stream broke) is retried with backoff instead.
@@ -126,8 +128,10 @@ impl ServeHandle {
         }
     }
 
-    /// Asks the app to stop: in-flight turns finish (up to 10 s), then the stream closes, so
-    /// the sidecar drops this app's activations. Returns how serving ended.
+    /// Asks the app to stop gracefully: the app sends `Drain`, the sidecar stops placing new
+    /// activations here, lets in-flight turns finish and deactivates every activation through
+    /// this app (so `on_deactivate` hooks run and state can be saved), then ends the stream
+    /// (bounded by 30 s). Returns how serving ended. Dropping the handle stops serving too.
     pub async fn shutdown(self) -> Result<(), ServeError> {
         let _ = self.shutdown.send(true);
         self.join().await
@@ -250,6 +254,20 @@ async fn run(
     result
 }
 
+/// Waits (bounded) for turns still running when the session ends, so their results are sent.
+async fn finish_turns(turns: &mut JoinSet<()>) {
+    let done = tokio::time::timeout(Duration::from_secs(10), async {
+        while turns.join_next().await.is_some() {}
+    })
+    .await;
+    if done.is_err() {
+        tracing::warn!(
+            left = turns.len(),
+            "turns still running at shutdown; abandoning them"
+        );
+    }
+}
+
 /// Completes once a stop was asked for (or the handle that could ask is gone).
 async fn stopped(stop: &mut watch::Receiver<bool>) {
     // The guard `wait_for` returns is not `Send`; drop it before anything else awaits.
@@ -321,7 +339,12 @@ async fn run_session(
     });
 
     let mut turns = JoinSet::new();
+    // Set once a stop was asked for and `Drain` sent: from then on the session ends when the
+    // sidecar ends the stream (it has deactivated everything through us) or at the deadline.
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
     let why = loop {
+        let draining = drain_deadline.is_some();
+        let deadline = drain_deadline.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             message = inbound.message() => match message {
                 Ok(Some(v1::SidecarMessage { msg: Some(v1::sidecar_message::Msg::Turn(turn)) })) => {
@@ -344,18 +367,37 @@ async fn run_session(
                     }.instrument(span));
                 }
                 Ok(Some(other)) => tracing::warn!(?other, "ignoring an unexpected message from the sidecar"),
+                Ok(None) if draining => {
+                    tracing::info!("drained: the sidecar deactivated this app's actors and ended the stream");
+                    finish_turns(&mut turns).await;
+                    return Ok(SessionEnd::Shutdown);
+                }
+                Err(status) if draining => {
+                    tracing::warn!(error = %ActorError::from_status(&status), "the serve stream failed while draining");
+                    finish_turns(&mut turns).await;
+                    return Ok(SessionEnd::Shutdown);
+                }
                 Ok(None) => break "the sidecar closed the serve stream".to_string(),
                 Err(status) => break format!("the serve stream failed: {}", ActorError::from_status(&status)),
             },
             Some(_) = turns.join_next(), if !turns.is_empty() => {}
-            () = stopped(stop) => {
-                tracing::info!(in_flight = turns.len(), "stopping: draining in-flight turns");
-                let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-                    while turns.join_next().await.is_some() {}
+            () = stopped(stop), if !draining => {
+                tracing::info!(in_flight = turns.len(), "stopping: asking the sidecar to drain this app");
+                drain_deadline = Some(tokio::time::Instant::now() + DRAIN_TIMEOUT);
+                let asked = tx.send(v1::AppMessage {
+                    msg: Some(v1::app_message::Msg::Drain(v1::Drain {})),
                 }).await;
-                if drained.is_err() {
-                    tracing::warn!(left = turns.len(), "turns still running after the drain timeout; abandoning them");
+                if asked.is_err() {
+                    finish_turns(&mut turns).await;
+                    return Ok(SessionEnd::Shutdown);
                 }
+            }
+            () = tokio::time::sleep_until(deadline), if draining => {
+                tracing::warn!(
+                    after = ?DRAIN_TIMEOUT,
+                    "the sidecar did not finish draining this app in time; closing the stream"
+                );
+                finish_turns(&mut turns).await;
                 return Ok(SessionEnd::Shutdown);
             }
         }
