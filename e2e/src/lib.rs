@@ -1,2 +1,3 @@
 #![forbid(unsafe_code)]
+pub mod chaos;
 pub mod kube_double;

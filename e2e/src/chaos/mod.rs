@@ -1,0 +1,351 @@
+//! The chaos harness (test-only): a fleet of real `sigx-sidecar` + `counter-app` process pairs on
+//! 127.0.0.x sharing one SQLite membership file, a load generator with a ledger of every call,
+//! and the faults of a real fleet — SIGTERM rolling restarts (each pod replaced by a new
+//! incarnation, like a Deployment rollout with maxSurge 1), kill -9, SIGSTOP/SIGCONT past the
+//! TTL (a VM suspend) — with a report: calls sent, succeeded, failed by kind, outcome-unknown,
+//! duplicate activations, handoff time per restart.
+//!
+//! Pods stop in the order Kubernetes stops a pod with a native sidecar: the app gets SIGTERM
+//! first (the SDK asks its sidecar to drain it, then exits), the sidecar after the app has gone.
+
+pub mod ledger;
+pub mod trace;
+
+pub use ledger::{Ledger, Outcome, Report};
+
+use rustix::process::{Pid, Signal, kill_process};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+/// Timings and sizes of a fleet.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Pods at the start.
+    pub hosts: usize,
+    /// Membership beat, milliseconds.
+    pub beat_ms: u64,
+    /// Membership TTL, milliseconds.
+    pub ttl_ms: u64,
+    /// Extra time every Counter turn takes (widens overlap windows).
+    pub turn_delay_ms: u64,
+    /// Per-call deadline the load uses, milliseconds.
+    pub call_timeout_ms: u64,
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            hosts: 3,
+            beat_ms: 200,
+            ttl_ms: 1_000,
+            turn_delay_ms: 0,
+            call_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// Where the binaries are: `SIGX_BIN_DIR`, else the cargo target directory of this test.
+pub fn bin_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("SIGX_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>
+    let mut dir = exe.parent().expect("deps dir").to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+fn bin(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace binaries first (`cargo build --workspace --bins`, \
+         which `make test` does), or set SIGX_BIN_DIR",
+        path.display()
+    );
+    path
+}
+
+/// One pod: a sidecar and its app.
+pub struct Pod {
+    /// The host id (a new incarnation per pod).
+    pub id: String,
+    /// The pod's loopback address.
+    pub ip: String,
+    /// The health endpoint.
+    pub health: SocketAddr,
+    /// The app socket.
+    pub socket: PathBuf,
+    sidecar: Child,
+    app: Child,
+    /// False once stopped or killed.
+    pub alive: bool,
+}
+
+impl Pod {
+    fn pids(&self) -> Vec<i32> {
+        [self.sidecar.id(), self.app.id()]
+            .into_iter()
+            .flatten()
+            .map(|p| p as i32)
+            .collect()
+    }
+}
+
+fn signal(pid: i32, sig: Signal) {
+    if let Some(pid) = Pid::from_raw(pid) {
+        let _ = kill_process(pid, sig);
+    }
+}
+
+/// A fleet of pods on one machine.
+pub struct Fleet {
+    /// The fleet's scratch directory (logs, sockets, membership DB, trace, state).
+    pub dir: tempfile::TempDir,
+    cfg: FleetConfig,
+    /// Every pod ever started, in order.
+    pub pods: Vec<Pod>,
+    /// The sockets the load may call through (live, not terminating).
+    pub targets: Arc<RwLock<Vec<PathBuf>>>,
+    secret_file: PathBuf,
+    generation: u32,
+}
+
+async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::time::timeout(Duration::from_millis(500), tokio::net::TcpStream::connect(addr))
+        .await
+        .ok()?
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = String::new();
+    tokio::time::timeout(Duration::from_millis(500), s.read_to_string(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn free_port(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Fleet {
+    /// Starts `cfg.hosts` pods and waits until every one is ready.
+    pub async fn start(cfg: FleetConfig) -> Fleet {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret_file = dir.path().join("secret");
+        std::fs::write(&secret_file, format!("chaos-{}", std::process::id())).unwrap();
+        std::fs::create_dir_all(dir.path().join("state")).unwrap();
+        let mut fleet = Fleet {
+            dir,
+            cfg,
+            pods: Vec::new(),
+            targets: Arc::default(),
+            secret_file,
+            generation: 0,
+        };
+        for _ in 0..fleet.cfg.hosts {
+            fleet.spawn_pod().await;
+        }
+        fleet
+    }
+
+    /// The trace file every app appends to.
+    pub fn trace_file(&self) -> PathBuf {
+        self.dir.path().join("trace.jsonl")
+    }
+
+    /// The TTL.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_millis(self.cfg.ttl_ms)
+    }
+
+    /// Starts a new pod (a new incarnation), waits until it is ready, adds it to the targets.
+    pub async fn spawn_pod(&mut self) -> usize {
+        self.generation += 1;
+        let n = self.generation;
+        let ip = format!("127.0.0.{}", 1 + (n % 250));
+        let id = format!("pod-{n}");
+        let health: SocketAddr = format!("{ip}:{}", free_port(&ip)).parse().unwrap();
+        let socket = self.dir.path().join(format!("{id}.sock"));
+        let log = |what: &str| {
+            std::fs::File::create(self.dir.path().join(format!("{id}.{what}.log"))).unwrap()
+        };
+        let sidecar = Command::new(bin("sigx-sidecar"))
+            .env_clear()
+            .env("SIGX_LOG", "info")
+            .args(["--membership", "sqlite", "--host-id", &id])
+            .arg("--sqlite-path")
+            .arg(self.dir.path().join("membership.db"))
+            .arg("--secret-file")
+            .arg(&self.secret_file)
+            .arg("--socket")
+            .arg(&socket)
+            .args(["--health-addr", &health.to_string()])
+            .args(["--mesh-addr", &format!("{ip}:0"), "--advertise", &format!("{ip}:0")])
+            .args(["--beat-ms", &self.cfg.beat_ms.to_string()])
+            .args(["--ttl-ms", &self.cfg.ttl_ms.to_string()])
+            .args(["--drain-timeout-ms", "10000"])
+            .env("NODE_NAME", "chaos-node")
+            .stdout(Stdio::null())
+            .stderr(log("sidecar"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn sigx-sidecar");
+        // The native sidecar starts first; the app once the socket exists.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "{id}: the sidecar never created its socket");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let app = Command::new(bin("counter-app"))
+            .env_clear()
+            .env("SIGX_LOG", "warn")
+            .env("SIGX_SOCKET", &socket)
+            .env("COUNTER_TRACE_FILE", self.trace_file())
+            .env("COUNTER_STATE_DIR", self.dir.path().join("state"))
+            .env("COUNTER_TURN_DELAY_MS", self.cfg.turn_delay_ms.to_string())
+            .stdout(Stdio::null())
+            .stderr(log("app"))
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn counter-app");
+        let mut pod = Pod {
+            id,
+            ip,
+            health,
+            socket,
+            sidecar,
+            app,
+            alive: true,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if http_status(pod.health, "/readyz").await == Some(200) {
+                break;
+            }
+            if let Ok(Some(status)) = pod.sidecar.try_wait() {
+                panic!("{}: the sidecar exited early ({status}); see {}", pod.id, self.log_path(&pod.id, "sidecar").display());
+            }
+            assert!(Instant::now() < deadline, "{}: not ready within 30 s; see its logs in {}", pod.id, self.dir.path().display());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.targets.write().unwrap().push(pod.socket.clone());
+        self.pods.push(pod);
+        self.pods.len() - 1
+    }
+
+    /// The log file of a pod's process.
+    pub fn log_path(&self, id: &str, what: &str) -> PathBuf {
+        self.dir.path().join(format!("{id}.{what}.log"))
+    }
+
+    fn untarget(&self, i: usize) {
+        let socket = self.pods[i].socket.clone();
+        self.targets.write().unwrap().retain(|s| *s != socket);
+    }
+
+    /// Stops pod `i` as Kubernetes does: no new calls through it, SIGTERM to the app (which
+    /// drains through its sidecar and exits), then SIGTERM to the sidecar. Returns how long it
+    /// took and the sidecar's exit code.
+    pub async fn terminate(&mut self, i: usize) -> (Duration, Option<i32>) {
+        self.untarget(i);
+        // Calls already made through this pod finish (its app's callers are going away too).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let t = Instant::now();
+        let pod = &mut self.pods[i];
+        if let Some(pid) = pod.app.id() {
+            signal(pid as i32, Signal::TERM);
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(30), pod.app.wait()).await;
+        if let Some(pid) = pod.sidecar.id() {
+            signal(pid as i32, Signal::TERM);
+        }
+        let code = match tokio::time::timeout(Duration::from_secs(30), pod.sidecar.wait()).await {
+            Ok(Ok(status)) => status.code(),
+            _ => {
+                let _ = pod.sidecar.start_kill();
+                None
+            }
+        };
+        pod.alive = false;
+        (t.elapsed(), code)
+    }
+
+    /// kill -9 of both processes of pod `i`.
+    pub async fn kill9(&mut self, i: usize) {
+        self.untarget(i);
+        let pod = &mut self.pods[i];
+        for pid in pod.pids() {
+            signal(pid, Signal::KILL);
+        }
+        let _ = pod.sidecar.wait().await;
+        let _ = pod.app.wait().await;
+        pod.alive = false;
+    }
+
+    /// SIGSTOP both processes of pod `i` (a VM suspend).
+    pub fn sigstop(&mut self, i: usize) {
+        self.untarget(i);
+        for pid in self.pods[i].pids() {
+            signal(pid, Signal::STOP);
+        }
+    }
+
+    /// SIGCONT both processes of pod `i`.
+    pub fn sigcont(&mut self, i: usize) {
+        for pid in self.pods[i].pids() {
+            signal(pid, Signal::CONT);
+        }
+    }
+
+    /// An HTTP probe of pod `i`.
+    pub async fn probe(&self, i: usize, path: &str) -> Option<u16> {
+        http_status(self.pods[i].health, path).await
+    }
+
+    /// Replaces every live pod in turn, like a Deployment rollout with maxSurge 1 and
+    /// maxUnavailable 0: start the new pod, wait until it is ready, then stop an old one.
+    /// Returns the stop time of each old pod.
+    pub async fn rolling_restart(&mut self) -> Vec<Duration> {
+        let old: Vec<usize> = (0..self.pods.len()).filter(|&i| self.pods[i].alive).collect();
+        let mut handoffs = Vec::new();
+        for i in old {
+            self.spawn_pod().await;
+            let (took, code) = self.terminate(i).await;
+            assert_eq!(code, Some(0), "{} did not exit cleanly", self.pods[i].id);
+            handoffs.push(took);
+        }
+        handoffs
+    }
+
+    /// Stops every live pod.
+    pub async fn shutdown(&mut self) {
+        for i in 0..self.pods.len() {
+            if self.pods[i].alive {
+                self.sigcont(i);
+                self.terminate(i).await;
+            }
+        }
+    }
+}
+
+/// Where an app socket path leads (for tests that need a client).
+pub fn client(socket: &Path) -> sigx_sdk::Client {
+    sigx_sdk::Client::lazy(socket)
+}
