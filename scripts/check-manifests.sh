@@ -102,5 +102,23 @@ for g in generated:
     assert by_name.get(name) == norm(g), f"{name}: chart CRD differs from crds/generated"
 PY
 
+# Kubernetes lets the operator create a Role only with permissions it holds itself (RBAC
+# escalation prevention): every rule it renders for the sidecars must be covered by its own
+# ClusterRole, or reconciling a cluster fails with 403 in a real cluster.
+check "operator ClusterRole covers the sidecar Role it grants" "${PYTHON}" - "${OUT}/chart.yaml" "${OUT}/rendered.yaml" <<'PY'
+import sys, yaml
+chart = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+rendered = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d]
+held = [r for d in chart if d["kind"] == "ClusterRole" for r in d["rules"]]
+granted = [r for d in rendered if d["kind"] == "Role" for r in d["rules"]]
+assert granted, "no Role rendered"
+def covered(group, resource, verb):
+    return any(group in r.get("apiGroups", []) and resource in r.get("resources", [])
+               and (verb in r["verbs"] or "*" in r["verbs"]) for r in held)
+missing = [(g, res, v) for r in granted for g in r["apiGroups"] for res in r["resources"]
+           for v in r["verbs"] if not covered(g, res, v)]
+assert not missing, f"operator cannot grant: {missing}"
+PY
+
 echo "check-manifests: ${passed} passed, ${failed} failed"
 [[ "${failed}" -eq 0 ]]
