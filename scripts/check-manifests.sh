@@ -7,7 +7,9 @@
 #   - canaries that prove the checkers are not vacuous: a deliberately broken Deployment must
 #     fail kubernetes-validate, and a value of the wrong type must be refused by the chart's
 #     values.schema.json;
-#   - the chart's CRDs are the generated ones (modulo Helm labels/annotations).
+#   - the chart's CRDs are the generated ones (modulo Helm labels/annotations);
+#   - the example CRs match the CRD schemas with strict field validation (scripts/lib/validate_crs.py);
+#   - the operator's ClusterRole covers the Lease Role it grants the sidecars.
 # Tools come from scripts/install-tools.sh (run here; it is idempotent).
 set -euo pipefail
 
@@ -101,6 +103,30 @@ for g in generated:
     name = g["metadata"]["name"]
     assert by_name.get(name) == norm(g), f"{name}: chart CRD differs from crds/generated"
 PY
+
+check "example CRs match the CRD schemas (strict fields, patterns, bounds)" \
+    "${PYTHON}" scripts/lib/validate_crs.py crds/generated/*.yaml -- examples/k8s/*.yaml
+cat >"${OUT}/typo.yaml" <<'YAML'
+apiVersion: actors.sigx.dev/v1alpha1
+kind: ActorCluster
+metadata: {name: typo}
+spec:
+  sidecar: {image: s}
+  membership: {heartbeatSecond: 5}
+---
+apiVersion: actors.sigx.dev/v1alpha1
+kind: ActorRole
+metadata: {name: bad-type}
+spec:
+  clusterRef: {name: typo}
+  actors: [9lives]
+  template: {spec: {containers: [{name: app, image: a}]}}
+YAML
+typo_refused() {
+    ! "${PYTHON}" scripts/lib/validate_crs.py crds/generated/*.yaml -- "${OUT}/typo.yaml" >"${OUT}/typo.log" &&
+        grep -q "heartbeatSecond" "${OUT}/typo.log" && grep -q "9lives" "${OUT}/typo.log"
+}
+check "CR schema check refuses a misspelt field and a bad type name (canary)" typo_refused
 
 # Kubernetes lets the operator create a Role only with permissions it holds itself (RBAC
 # escalation prevention): every rule it renders for the sidecars must be covered by its own
