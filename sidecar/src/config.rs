@@ -147,6 +147,15 @@ pub struct Args {
     /// Exit (code 70) when the host fences, instead of answering `fenced` until restarted.
     #[arg(long, env = "SIGX_EXIT_ON_FENCE")]
     pub exit_on_fence: bool,
+
+    /// The stateful types this host's role declares, comma-separated (set by the operator, which
+    /// labels the pod with them). When set, the app must register exactly these.
+    #[arg(long, env = "SIGX_ACTORS")]
+    pub actors: Option<String>,
+
+    /// The worker types this host's role declares, comma-separated (see `--actors`).
+    #[arg(long, env = "SIGX_WORKERS")]
+    pub workers: Option<String>,
 }
 
 /// A configuration value that is wrong, named.
@@ -211,6 +220,8 @@ pub struct Config {
     pub slow_turn: Duration,
     pub drain_timeout: Duration,
     pub exit_on_fence: bool,
+    /// The types the role declares, when the operator said: (stateful, workers).
+    pub declared_types: Option<(Vec<String>, Vec<String>)>,
 }
 
 /// The cluster secret. Never printed: `Debug` shows its length only.
@@ -387,7 +398,41 @@ impl Args {
             format!("{ip}:{}", mesh_addr.port())
         });
 
+        let split = |name: &'static str, v: &Option<String>| -> Result<Vec<String>, ConfigError> {
+            let mut out: Vec<String> = v
+                .as_deref()
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(String::from)
+                .collect();
+            if let Some(bad) = out
+                .iter()
+                .find(|t| !crate::runtime::registry::valid_type_name(t))
+            {
+                return Err(ConfigError::Invalid {
+                    name,
+                    value: bad.clone(),
+                    what: "type name",
+                    reason: "use a letter, then letters, digits, '_', '.' or '-'".into(),
+                });
+            }
+            out.sort();
+            out.dedup();
+            Ok(out)
+        };
+        let declared_types = if self.actors.is_some() || self.workers.is_some() {
+            Some((
+                split("SIGX_ACTORS", &self.actors)?,
+                split("SIGX_WORKERS", &self.workers)?,
+            ))
+        } else {
+            None
+        };
+
         Ok(Config {
+            declared_types,
             socket: self.socket,
             health_addr,
             mesh_addr,

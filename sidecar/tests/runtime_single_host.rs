@@ -421,3 +421,44 @@ async fn a_draining_app_finishes_its_turns_deactivates_and_then_the_stream_ends(
     assert_eq!(http_get(host.health_addr, "/readyz").await, 503);
     host.stop(sigx_sidecar::host::StopKind::Graceful).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_must_register_exactly_the_types_its_role_declares() {
+    let dir = tempdir();
+    let host = start_host(dir.path(), &["--actors", "Counter", "--workers", "Echo"]).await;
+    let err = TestApp::start(
+        &host.socket,
+        register(
+            vec![
+                actor_spec("Counter", false, 0),
+                actor_spec("Report", false, 0),
+            ],
+            vec![],
+        ),
+        HashMap::new(),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(
+        err.message()
+            .contains("declares actors [Counter] and workers [Echo]"),
+        "{err:?}"
+    );
+    let ok = TestApp::start(
+        &host.socket,
+        register(
+            vec![actor_spec("Counter", false, 0)],
+            vec![v1::WorkerTypeSpec {
+                name: "Echo".into(),
+                max_concurrency: 1,
+                methods: vec![],
+            }],
+        ),
+        HashMap::new(),
+    )
+    .await;
+    assert!(ok.is_ok());
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}

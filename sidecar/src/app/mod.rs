@@ -162,6 +162,7 @@ impl ActorHost for AppService {
             .map_err(|e| match e {
                 AttachError::AlreadyAttached(_) => Status::failed_precondition(e.to_string()),
                 AttachError::Invalid(e) => ActorError::invalid(e.to_string()).into(),
+                e @ AttachError::Undeclared { .. } => ActorError::invalid(e.to_string()).into(),
             })?;
         let _ = tx.send(Ok(v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Registered(v1::Registered {

@@ -201,6 +201,7 @@ impl Host {
                 max_payload_bytes: cfg.max_payload_bytes,
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,
+                declared_types: cfg.declared_types.clone(),
             },
             gate,
         );

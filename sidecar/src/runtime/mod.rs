@@ -74,6 +74,8 @@ pub struct RuntimeConfig {
     pub slow_turn: Duration,
     /// The deadline of Activate and Deactivate turns.
     pub lifecycle_turn_timeout: Duration,
+    /// The (stateful, worker) types the role declares; the app must register exactly these.
+    pub declared_types: Option<(Vec<String>, Vec<String>)>,
 }
 
 impl Default for RuntimeConfig {
@@ -83,6 +85,7 @@ impl Default for RuntimeConfig {
             max_payload_bytes: 4 * 1024 * 1024,
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(30),
+            declared_types: None,
         }
     }
 }
@@ -161,6 +164,18 @@ pub enum AttachError {
     AlreadyAttached(String),
     #[error("{0}")]
     Invalid(#[from] RegistrationError),
+    #[error(
+        "the app registers actors [{registered_actors}] and workers [{registered_workers}], but \
+         this host's role declares actors [{declared_actors}] and workers [{declared_workers}] \
+         (SIGX_ACTORS / SIGX_WORKERS, which its pod labels advertise): make the ActorRole and the \
+         app agree"
+    )]
+    Undeclared {
+        registered_actors: String,
+        registered_workers: String,
+        declared_actors: String,
+        declared_workers: String,
+    },
 }
 
 impl Runtime {
@@ -215,6 +230,18 @@ impl Runtime {
         registry: Registry,
         tx: tokio::sync::mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
     ) -> Result<Arc<AppSession>, AttachError> {
+        if let Some((actors, workers)) = &self.inner.cfg.declared_types {
+            let ra: Vec<String> = registry.actors.keys().cloned().collect();
+            let rw: Vec<String> = registry.workers.keys().cloned().collect();
+            if &ra != actors || &rw != workers {
+                return Err(AttachError::Undeclared {
+                    registered_actors: ra.join(", "),
+                    registered_workers: rw.join(", "),
+                    declared_actors: actors.join(", "),
+                    declared_workers: workers.join(", "),
+                });
+            }
+        }
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
         let session = AppSession::new(id, registry, tx);
         let mut refused = None;
