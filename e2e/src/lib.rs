@@ -1,3 +1,4 @@
 #![forbid(unsafe_code)]
 pub mod chaos;
 pub mod kube_double;
+pub mod sim;

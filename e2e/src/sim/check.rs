@@ -1,0 +1,339 @@
+//! The invariant checker: judges a recorded history.
+//!
+//! 1. **Single activation.** An activation lives from its Activate turn until the earliest of:
+//!    its Deactivate turn, its host's crash, fence or completed leave, and the instant its host's
+//!    lease lapsed (true time; see `store.rs`). Two activations of one actor never overlap, and
+//!    no method turn of an activation runs after its end.
+//! 2. **Every call ends** with a defined answer (success or an error kind, outcome-unknown
+//!    included) within its deadline plus [`ANSWER_BOUND_MS`], unless its caller crashed first.
+//! 3. **Liveness.** After the faults heal and the cluster is quiet for 2×TTL, every actor
+//!    answers a call (the probes).
+//! 4. **No acknowledged registration lost.** Every activation still live on a serving host at
+//!    the end is what its partition owner names for the actor.
+
+use super::world::{Ev, Event};
+use super::{ANSWER_BOUND_MS, Violation};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+
+#[derive(Debug)]
+struct Act {
+    host: String,
+    actor: String,
+    start: (u64, u64),
+    deactivated: Option<(u64, u64)>,
+    turns: Vec<(u64, u64)>,
+}
+
+/// When each host stopped being able to run turns: crash, fence, leave, or its lease lapse.
+fn host_ends(history: &[Event], lapses: &BTreeMap<String, Option<u64>>) -> BTreeMap<String, u64> {
+    let mut ends: BTreeMap<String, u64> = BTreeMap::new();
+    let mut put = |h: &str, t: u64| {
+        let e = ends.entry(h.to_string()).or_insert(t);
+        *e = (*e).min(t);
+    };
+    for e in history {
+        match &e.ev {
+            Ev::Crashed { host } | Ev::Fenced { host, .. } | Ev::Left { host } => put(host, e.t_ms),
+            _ => {}
+        }
+    }
+    for (h, lapse) in lapses {
+        if let Some(l) = lapse {
+            put(h, *l);
+        }
+    }
+    ends
+}
+
+fn acts(history: &[Event]) -> BTreeMap<String, Act> {
+    let mut acts: BTreeMap<String, Act> = BTreeMap::new();
+    for e in history {
+        let at = (e.t_ms, e.seq);
+        match &e.ev {
+            Ev::ActStart { host, actor, act } => {
+                acts.insert(
+                    act.clone(),
+                    Act {
+                        host: host.clone(),
+                        actor: actor.clone(),
+                        start: at,
+                        deactivated: None,
+                        turns: Vec::new(),
+                    },
+                );
+            }
+            Ev::Turn { act } => {
+                if let Some(a) = acts.get_mut(act) {
+                    a.turns.push(at);
+                }
+            }
+            Ev::ActEnd { act } => {
+                if let Some(a) = acts.get_mut(act) {
+                    a.deactivated.get_or_insert(at);
+                }
+            }
+            _ => {}
+        }
+    }
+    acts
+}
+
+/// Judges `history`. `lapses` holds each host's final lease lapse (true ms), `end_ms` the end
+/// of the run, `probe_at` when the liveness probes went out.
+pub fn check(
+    history: &[Event],
+    lapses: &BTreeMap<String, Option<u64>>,
+    end_ms: u64,
+    probe_at: u64,
+    nobody_serving: bool,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let ends = host_ends(history, lapses);
+    let acts = acts(history);
+    // The end of each activation, as (ms, seq): an event's own seq, or u64::MAX for an end
+    // derived from a lapse (it happened at that ms, after nothing in particular).
+    let end_of = |a: &Act| -> (u64, u64) {
+        let host_end = ends.get(&a.host).map(|t| (*t, u64::MAX));
+        match (a.deactivated, host_end) {
+            (Some(d), Some(h)) => d.min(h),
+            (Some(d), None) => d,
+            (None, Some(h)) => h,
+            (None, None) => (u64::MAX, u64::MAX),
+        }
+    };
+    let mut by_actor: BTreeMap<&str, Vec<(&String, &Act)>> = BTreeMap::new();
+    for (id, a) in &acts {
+        by_actor.entry(a.actor.as_str()).or_default().push((id, a));
+        let end = end_of(a);
+        if let Some(t) = a
+            .turns
+            .iter()
+            .find(|t| t.0 > end.0 || (t.0 == end.0 && end.1 != u64::MAX && t.1 > end.1))
+        {
+            out.push(Violation {
+                what: format!(
+                    "activation {id} of {} on {} ran a turn at t={}ms after it ended at t={}ms \
+                     (deactivated, or its host crashed, fenced, left or its lease lapsed)",
+                    a.actor, a.host, t.0, end.0
+                ),
+                actor: Some(a.actor.clone()),
+            });
+        }
+    }
+    for (actor, mut list) in by_actor {
+        list.sort_by_key(|(_, a)| a.start);
+        for i in 0..list.len() {
+            for j in (i + 1)..list.len() {
+                let (ia, a) = list[i];
+                let (ib, b) = list[j];
+                let a_end = end_of(a);
+                // b starts before a ends: both live at once.
+                let overlap = if a_end.1 == u64::MAX {
+                    b.start.0 < a_end.0
+                } else {
+                    b.start < a_end
+                };
+                if overlap {
+                    out.push(Violation {
+                        what: format!(
+                            "two activations of {actor} overlap: {ia} on {} (t={}..{}ms) and {ib} \
+                             on {} (from t={}ms)",
+                            a.host,
+                            a.start.0,
+                            if a_end.0 == u64::MAX {
+                                "live".to_string()
+                            } else {
+                                a_end.0.to_string()
+                            },
+                            b.host,
+                            b.start.0
+                        ),
+                        actor: Some(actor.to_string()),
+                    });
+                }
+            }
+        }
+    }
+    // Calls.
+    let mut starts: BTreeMap<u64, (&Event, &str, &str, u64, bool)> = BTreeMap::new();
+    let mut answered: BTreeMap<u64, (&Event, &str)> = BTreeMap::new();
+    let mut crashed: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in history {
+        match &e.ev {
+            Ev::CallStart {
+                id,
+                host,
+                actor,
+                deadline_ms,
+                probe,
+            } => {
+                starts.insert(*id, (e, host, actor, *deadline_ms, *probe));
+            }
+            Ev::CallEnd { id, outcome } => {
+                answered.insert(*id, (e, outcome));
+            }
+            Ev::Crashed { host } => {
+                crashed.entry(host).or_insert(e.t_ms);
+            }
+            _ => {}
+        }
+    }
+    for (id, (start, host, actor, deadline, probe)) in &starts {
+        let bound = deadline + ANSWER_BOUND_MS;
+        let caller_gone = crashed.get(host).copied();
+        match answered.get(id) {
+            Some((end, outcome)) => {
+                if end.t_ms > bound {
+                    out.push(Violation {
+                        what: format!(
+                            "call #{id} from {host} to {actor} (t={}ms, deadline {deadline}ms) was \
+                             answered {outcome} only at t={}ms",
+                            start.t_ms, end.t_ms
+                        ),
+                        actor: Some(actor.to_string()),
+                    });
+                }
+                if *probe && start.t_ms >= probe_at && *outcome != "ok" {
+                    out.push(Violation {
+                        what: format!(
+                            "liveness: after the faults healed and 2×TTL of quiet, {actor} did \
+                             not answer a call from {host}: {outcome}"
+                        ),
+                        actor: Some(actor.to_string()),
+                    });
+                }
+            }
+            None => {
+                let exempt = caller_gone.is_some_and(|c| c <= bound);
+                if !exempt && end_ms > bound {
+                    out.push(Violation {
+                        what: format!(
+                            "call #{id} from {host} to {actor} (t={}ms, deadline {deadline}ms) \
+                             was never answered",
+                            start.t_ms
+                        ),
+                        actor: Some(actor.to_string()),
+                    });
+                }
+            }
+        }
+    }
+    if nobody_serving {
+        out.push(Violation {
+            what: "liveness: no host was serving after the faults healed and 2×TTL of quiet".into(),
+            actor: None,
+        });
+    }
+    // Registrations.
+    for e in history {
+        if let Ev::RegCheck {
+            host,
+            actor,
+            act,
+            found,
+        } = &e.ev
+        {
+            let expected = format!("{host} ({act})");
+            if *found != expected {
+                out.push(Violation {
+                    what: format!(
+                        "acknowledged registration lost: {actor} is live on {host} as {act} but \
+                         its directory owner answers {found}"
+                    ),
+                    actor: Some(actor.clone()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The events that concern `actor`: its activations and calls, and every host-level event.
+pub fn actor_history(history: &[Event], actor: &str) -> Vec<Event> {
+    let mut acts = BTreeSet::new();
+    let mut calls = BTreeSet::new();
+    let mut out = Vec::new();
+    for e in history {
+        let keep = match &e.ev {
+            Ev::ActStart { actor: a, act, .. } if a == actor => {
+                acts.insert(act.clone());
+                true
+            }
+            Ev::Turn { act } | Ev::ActEnd { act } => acts.contains(act),
+            Ev::CallStart { id, actor: a, .. } if a == actor => {
+                calls.insert(*id);
+                true
+            }
+            Ev::CallEnd { id, .. } => calls.contains(id),
+            Ev::RegCheck { actor: a, .. } => a == actor,
+            Ev::ActStart { .. } | Ev::CallStart { .. } => false,
+            _ => true,
+        };
+        if keep {
+            out.push(e.clone());
+        }
+    }
+    out
+}
+
+/// Actors with an activation live on one of `hosts` (not deactivated), by the history.
+pub fn live_actors_on(history: &[Event], hosts: &[String]) -> Vec<String> {
+    let acts = acts(history);
+    let mut out: BTreeSet<String> = BTreeSet::new();
+    for a in acts.values() {
+        if hosts.contains(&a.host) && a.deactivated.is_none() {
+            out.insert(a.actor.clone());
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// For every actor probed after `since`: ms from `since` to its first successful probe answer.
+pub fn recovery_times(history: &[Event], since: u64) -> Vec<u64> {
+    let mut probe_actor: BTreeMap<u64, String> = BTreeMap::new();
+    let mut first_ok: BTreeMap<String, u64> = BTreeMap::new();
+    for e in history {
+        match &e.ev {
+            Ev::CallStart {
+                id, actor, probe, ..
+            } if !probe && e.t_ms >= since => {
+                probe_actor.insert(*id, actor.clone());
+            }
+            Ev::CallEnd { id, outcome } if outcome == "ok" => {
+                if let Some(a) = probe_actor.get(id) {
+                    first_ok.entry(a.clone()).or_insert(e.t_ms - since);
+                }
+            }
+            _ => {}
+        }
+    }
+    first_ok.into_values().collect()
+}
+
+/// Calls issued in `[from, to)`, and how many of them failed.
+pub fn calls_between(history: &[Event], from: u64, to: u64) -> (u64, u64) {
+    let mut ids = BTreeSet::new();
+    let mut failed = 0;
+    for e in history {
+        match &e.ev {
+            Ev::CallStart { id, .. } if e.t_ms >= from && e.t_ms < to => {
+                ids.insert(*id);
+            }
+            Ev::CallEnd { id, outcome } if ids.contains(id) && outcome != "ok" => failed += 1,
+            _ => {}
+        }
+    }
+    (ids.len() as u64, failed)
+}
+
+/// A hash of the whole history (event kinds, order, times): equal runs, equal fingerprints.
+pub fn fingerprint(history: &[Event]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for e in history {
+        e.seq.hash(&mut h);
+        e.t_ms.hash(&mut h);
+        format!("{:?}", e.ev).hash(&mut h);
+    }
+    h.finish()
+}

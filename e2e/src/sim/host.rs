@@ -1,0 +1,501 @@
+//! One simulated host: the production sidecar pieces wired as `sidecar/src/host/cluster.rs`
+//! (`bring_up`) wires them — membership, HeartbeatClock, the directory fed by ordered views, the
+//! authenticated mesh client and server, the routing loop, the runtime behind the directory's
+//! activation gate — but over turmoil sockets, a [`SimClock`] and the simulated store, with a
+//! simulated app in place of the app process. `bring_up` is replicated rather than shared
+//! because it binds real sockets and owns the process lifecycle; the wiring below follows it
+//! step by step (keep the two in step when `bring_up` changes).
+
+use super::SimConfig;
+use super::app::{self, SimApp};
+use super::clock::SimClock;
+use super::net::{MESH_PORT, SimConnector, SimListener};
+use super::store::SimProvider;
+use super::world::{Command, Ev, HostShared, Life, Shared};
+use async_trait::async_trait;
+use bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use sigx_proto::ActorError;
+use sigx_sidecar::app::Dispatcher;
+use sigx_sidecar::clock::SharedClock;
+use sigx_sidecar::directory::{
+    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell, ViewSource,
+};
+use sigx_sidecar::health::HostState;
+use sigx_sidecar::host::late::LateGate;
+use sigx_sidecar::membership::{
+    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipHandle, MembershipView,
+    MemoryHub,
+};
+use sigx_sidecar::mesh::{
+    MeshAuth, MeshClient, MeshClientConfig, MeshSecret, MeshServerConfig, MeshService, Verifier,
+};
+use sigx_sidecar::placement::{Inbound, Locator, Router, RouterConfig};
+use sigx_sidecar::runtime::{ActorId, Runtime, RuntimeConfig};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// The actor type every simulated app registers.
+pub const ACTOR_TYPE: &str = "Counter";
+
+/// The wall clock of simulated time zero.
+pub fn epoch() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+}
+
+/// As `host/cluster.rs::dir_view`: the directory's view of a membership view.
+fn dir_view(view: &MembershipView) -> DirView {
+    DirView::new(
+        view.version,
+        view.hosts()
+            .iter()
+            .map(|h| {
+                PeerInfo::new(
+                    h.id.as_str(),
+                    h.advertise.as_str(),
+                    match h.status {
+                        HostStatus::Joining => PeerStatus::Joining,
+                        HostStatus::Active => PeerStatus::Active,
+                        HostStatus::Leaving => PeerStatus::Leaving,
+                    },
+                    h.is_stateful(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// As `host/cluster.rs::DirectoryLocator`.
+struct DirectoryLocator(Directory);
+
+#[async_trait]
+impl Locator for DirectoryLocator {
+    async fn locate(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<String>, ActorError> {
+        Ok(self.0.lookup(actor, deadline).await?.map(|l| l.host))
+    }
+}
+
+/// Everything a host's own tasks need.
+struct Parts {
+    shared: Arc<Shared>,
+    me: Arc<HostShared>,
+    cfg: Arc<SimConfig>,
+    clock: SimClock,
+    state: Arc<HostState>,
+    runtime: Runtime,
+    membership: MembershipHandle,
+    directory: Directory,
+    router: Arc<Router>,
+    /// Keeps the app attached for the host's life.
+    _app: Arc<SimApp>,
+}
+
+/// The software of one simulated host (a turmoil host future).
+pub async fn run(
+    shared: Arc<Shared>,
+    me: Arc<HostShared>,
+    hub: MemoryHub,
+    cfg: Arc<SimConfig>,
+) -> turmoil::Result {
+    let id = me.id.clone();
+    let clock = SimClock::new(epoch() + Duration::from_millis(shared.now_ms()));
+    let shared_clock: SharedClock = Arc::new(clock.clone());
+    // Bind before joining (DESIGN.md §8).
+    let listener = SimListener::bind(me.resets.clone()).await?;
+    shared.record(&me, Ev::HostStart { host: id.clone() });
+
+    let state = Arc::new(HostState::default());
+    let late_gate = Arc::new(LateGate::new(id.clone()));
+    let runtime = Runtime::new(
+        RuntimeConfig {
+            host_id: id.clone(),
+            max_payload_bytes: 64 * 1024,
+            slow_turn: Duration::from_secs(5),
+            lifecycle_turn_timeout: Duration::from_secs(2),
+            ..RuntimeConfig::default()
+        },
+        late_gate.clone(),
+    );
+    // 1. The app registers first.
+    let app = SimApp::attach(&runtime, shared.clone(), me.clone(), cfg.clone())?;
+
+    // 2. Join as joining.
+    let mut descriptor = HostDescriptor::new(
+        id.clone(),
+        format!("{id}:{MESH_PORT}"),
+        Some(vec![ACTOR_TYPE.to_string()]),
+        Some(vec![ACTOR_TYPE.to_string()]),
+    );
+    descriptor.started_at_unix_ms = shared_clock.wall_unix_ms();
+    let provider = Arc::new(SimProvider {
+        inner: hub.provider(id.clone()),
+        shared: shared.clone(),
+        host: me.clone(),
+        ttl: cfg.ttl,
+    });
+    let mut mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
+    mcfg.expiry_check = cfg.expiry_check;
+    let membership = {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            match sigx_sidecar::membership::start(
+                provider.clone(),
+                descriptor.clone(),
+                mcfg.clone(),
+                shared_clock.clone(),
+            )
+            .await
+            {
+                Ok(m) => break m,
+                Err(_) => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+            }
+        }
+    };
+
+    // 3. The directory, fed by the membership views in order.
+    let lease_handle = membership.clone();
+    let views = Arc::new(ViewCell::new(
+        id.clone(),
+        dir_view(&membership.view()),
+        move || {
+            lease_handle
+                .check_lease()
+                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+        },
+    ));
+    let feed = {
+        let views = views.clone();
+        membership.on_change(move |v| views.publish(dir_view(v)))
+    };
+    views.publish(dir_view(&membership.view()));
+    {
+        let m = membership.clone();
+        views.on_refresh_request(move || {
+            let m = m.clone();
+            tokio::spawn(async move {
+                let _ = m.refresh().await;
+            });
+        });
+    }
+    let auth = MeshAuth::Secret(MeshSecret::new("simulated cluster secret").expect("secret"));
+    let connector = Arc::new(SimConnector {
+        resets: me.resets.clone(),
+    });
+    let mesh = Arc::new(MeshClient::new(
+        id.clone(),
+        auth.clone(),
+        shared_clock.clone(),
+        connector,
+        MeshClientConfig::default(),
+    ));
+    let directory = Directory::start(
+        views.clone() as Arc<dyn ViewSource>,
+        mesh.clone(),
+        DirectoryConfig {
+            faults: cfg.faults.clone(),
+            ..DirectoryConfig::default()
+        },
+    );
+    let _ = me.directory.set(directory.clone());
+    let rng_seed = me.seed ^ 0x9e37_79b9_7f4a_7c15;
+    let router = Arc::new(Router::new(
+        RouterConfig {
+            rng: Some(Arc::new(Mutex::new(StdRng::seed_from_u64(rng_seed)))),
+            ..RouterConfig::default()
+        },
+        membership.clone(),
+        runtime.clone(),
+        mesh.clone(),
+        Arc::new(DirectoryLocator(directory.clone())),
+        state.clone(),
+    ));
+    late_gate.set(Arc::new(directory.gate()));
+
+    // 4. The mesh server.
+    let server_cfg = MeshServerConfig::default();
+    let verifier = Arc::new(Verifier::new(
+        auth,
+        shared_clock.clone(),
+        Duration::from_secs(60),
+        Arc::new(KnownFromViews(views.clone() as Arc<dyn ViewSource>)),
+    ));
+    let service = MeshService::new(
+        Arc::new(Inbound::new(router.clone())),
+        Arc::new(directory.clone()),
+        &server_cfg,
+    );
+    let (down_tx, mut down_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = down_rx.wait_for(|d| *d).await;
+        };
+        let _ = sigx_sidecar::mesh::serve(listener, verifier, service, server_cfg, shutdown).await;
+    });
+
+    // 5. Active.
+    let _ = membership.set_status(HostStatus::Active).await;
+    if me.life() == Life::Starting {
+        me.set_life(Life::Serving);
+    }
+
+    let parts = Arc::new(Parts {
+        shared: shared.clone(),
+        me: me.clone(),
+        cfg: cfg.clone(),
+        clock,
+        state: state.clone(),
+        runtime: runtime.clone(),
+        membership: membership.clone(),
+        directory,
+        router,
+        _app: app,
+    });
+    tokio::spawn(fence_watch(parts.clone()));
+    tokio::spawn(workload(parts.clone()));
+
+    // The command loop: faults and probes the driver asks for.
+    let mut rx = me
+        .cmd_rx
+        .lock()
+        .expect("cmd lock")
+        .take()
+        .expect("host software started twice");
+    while let Some(cmd) = rx.recv().await {
+        match cmd {
+            Command::Suspend => parts.suspend(),
+            Command::Resume => parts.resume(),
+            Command::ResetConnections => me.resets.reset_all(),
+            Command::Probe {
+                key,
+                deadline_ms,
+                retry_until_ok,
+            } => {
+                tokio::spawn(probe(parts.clone(), key, deadline_ms, retry_until_ok));
+            }
+            Command::CheckRegistrations => {
+                tokio::spawn(check_registrations(parts.clone()));
+            }
+            Command::Leave => {
+                parts.leave().await;
+                let _ = down_tx.send(true);
+                break;
+            }
+        }
+    }
+    drop(feed);
+    // Stay up (answering GOAWAY'd streams) until the driver removes the host.
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+impl Parts {
+    /// A VM suspend begins: nothing the host could observe moves any more.
+    fn suspend(&self) {
+        let others: Vec<String> = self
+            .shared
+            .hosts
+            .lock()
+            .expect("hosts lock")
+            .keys()
+            .filter(|h| **h != self.me.id)
+            .cloned()
+            .collect();
+        let mut held = self.me.held.lock().expect("held lock");
+        for o in others {
+            if self.shared.hold_ref(&self.me.id, &o) {
+                turmoil::hold(self.me.id.as_str(), o.as_str());
+            }
+            held.push(o);
+        }
+        drop(held);
+        *self.me.suspended_at.lock().expect("suspend lock") = Some(self.shared.now_ms());
+        self.clock.suspend();
+        self.me.suspended.send_replace(true);
+        self.shared.record(
+            &self.me,
+            Ev::Suspended {
+                host: self.me.id.clone(),
+            },
+        );
+    }
+
+    /// The VM resumes, all at once: wall clock jumps, links and store come back, the app runs.
+    fn resume(&self) {
+        self.clock.resume();
+        *self.me.suspended_at.lock().expect("suspend lock") = None;
+        self.me.suspended.send_replace(false);
+        let held = std::mem::take(&mut *self.me.held.lock().expect("held lock"));
+        for o in held {
+            if self.shared.release_ref(&self.me.id, &o) {
+                turmoil::release(self.me.id.as_str(), o.as_str());
+            }
+        }
+        self.shared.record(
+            &self.me,
+            Ev::Resumed {
+                host: self.me.id.clone(),
+            },
+        );
+    }
+
+    /// The graceful stop of `Host::stop`, in its order: leaving, drain, deactivate (and
+    /// unregister), hand over, withdraw.
+    async fn leave(&self) {
+        self.me.set_life(Life::Leaving);
+        self.state.set_leaving();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.membership.set_status(HostStatus::Leaving),
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(3);
+        self.runtime.drain(deadline).await;
+        self.runtime.deactivate_all(deadline).await;
+        let me = self.membership.self_id().to_string();
+        let mut rx = self.membership.subscribe();
+        let _ = tokio::time::timeout_at(
+            deadline,
+            rx.wait_for(|v| v.get(&me).is_some_and(|d| d.status == HostStatus::Leaving)),
+        )
+        .await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.membership.leave()).await;
+        self.me.set_life(Life::Left);
+        self.shared.record(
+            &self.me,
+            Ev::Left {
+                host: self.me.id.clone(),
+            },
+        );
+    }
+}
+
+/// As the tail of `bring_up`: a fenced host drops every activation and refuses new ones.
+async fn fence_watch(p: Arc<Parts>) {
+    let mut rx = p.membership.fenced_signal();
+    loop {
+        if let Some(reason) = rx.borrow_and_update().clone()
+            && reason != FenceReason::Left
+        {
+            p.state.set_fenced(reason.to_string());
+            p.runtime.drop_all();
+            p.me.set_life(Life::Fenced);
+            p.shared.record(
+                &p.me,
+                Ev::Fenced {
+                    host: p.me.id.clone(),
+                    reason: reason.to_string(),
+                },
+            );
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn actor(key: u32) -> ActorId {
+    ActorId::new(ACTOR_TYPE, format!("k{key}"))
+}
+
+/// One call through the routing loop, recorded.
+async fn call(p: &Parts, key: u32, deadline: Instant, deadline_ms: u64, probe: bool) -> bool {
+    let id = p.shared.next_call_id();
+    let a = actor(key);
+    p.shared.record(
+        &p.me,
+        Ev::CallStart {
+            id,
+            host: p.me.id.clone(),
+            actor: a.to_string(),
+            deadline_ms,
+            probe,
+        },
+    );
+    let r = p
+        .router
+        .call(a, "work".into(), Bytes::from_static(b"x"), deadline)
+        .await;
+    let outcome = match &r {
+        Ok(_) => "ok".to_string(),
+        Err(e) => app::error_name(e),
+    };
+    p.shared.record(&p.me, Ev::CallEnd { id, outcome });
+    r.is_ok()
+}
+
+/// Random calls to a bounded set of actors, with deadlines, while the driver says so.
+async fn workload(p: Arc<Parts>) {
+    let mut rng = StdRng::seed_from_u64(p.me.seed);
+    loop {
+        let gap = rng.random_range(p.cfg.call_gap_ms.0..=p.cfg.call_gap_ms.1);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        if !p.shared.load.load(std::sync::atomic::Ordering::SeqCst)
+            || p.me.is_suspended()
+            || p.me.life() != Life::Serving
+        {
+            continue;
+        }
+        let key = rng.random_range(0..p.cfg.actors);
+        let p2 = p.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + p2.cfg.call_deadline;
+            let deadline_ms = p2.shared.now_ms() + p2.cfg.call_deadline.as_millis() as u64;
+            call(&p2, key, deadline, deadline_ms, false).await;
+        });
+    }
+}
+
+/// A probe: one call, or calls until `Ok`, within `deadline_ms` (true time).
+async fn probe(p: Arc<Parts>, key: u32, deadline_ms: u64, retry_until_ok: bool) {
+    loop {
+        let now = p.shared.now_ms();
+        if now >= deadline_ms {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(deadline_ms - now);
+        if call(&p, key, deadline, deadline_ms, true).await || !retry_until_ok {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Asks the directory where each live activation of this host is registered.
+async fn check_registrations(p: Arc<Parts>) {
+    if p.membership.check_lease().is_err() {
+        return;
+    }
+    let mut live = p.runtime.live_activations();
+    live.sort();
+    for (a, act) in live {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let found = match p.directory.lookup(&a, deadline).await {
+            Ok(Some(l)) => format!("{} ({})", l.host, l.activation_id),
+            Ok(None) => "nowhere".to_string(),
+            Err(e) => format!("error: {}", app::error_name(&e)),
+        };
+        // Only a host still serving (and still holding the activation) is judged.
+        if p.membership.check_lease().is_err() || !p.runtime.is_active(&a) {
+            continue;
+        }
+        p.shared.record(
+            &p.me,
+            Ev::RegCheck {
+                host: p.me.id.clone(),
+                actor: a.to_string(),
+                act: act.to_string(),
+                found,
+            },
+        );
+    }
+}

@@ -1,0 +1,106 @@
+//! The membership store as one simulated host sees it: the production [`MemoryHub`] (lease
+//! records, compare-and-swap, an ordered change log, fresh reads, isolate/outage faults) behind
+//! a thin wrapper that
+//!
+//! * hangs every call while the host is suspended (a frozen VM sends nothing; a call it had in
+//!   flight completes after it resumes), and
+//! * keeps the checker's record of the host's lease: when, in true simulated time, the lease
+//!   the host holds lapses. It mirrors the HeartbeatClock's rule — the window counts from the
+//!   *start* of the last confirmed write, and a write confirmed after the window closed saves
+//!   nothing — so the checker can end every activation of the host no later than that instant.
+
+use super::world::{HostShared, Shared};
+use async_trait::async_trait;
+use sigx_sidecar::membership::{
+    ChangeBatch, DeleteOutcome, HostDescriptor, LeaseRecord, MembershipProvider, MemoryProvider,
+    ProviderError,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// One host's handle on the shared store.
+pub struct SimProvider {
+    pub inner: Arc<MemoryProvider>,
+    pub shared: Arc<Shared>,
+    pub host: Arc<HostShared>,
+    pub ttl: Duration,
+}
+
+impl SimProvider {
+    async fn unfrozen(&self) {
+        let mut rx = self.host.suspended.subscribe();
+        let _ = rx.wait_for(|s| !*s).await;
+    }
+
+    fn lease_write_started(&self) -> u64 {
+        let start = self.host.eff_now(&self.shared);
+        let mut lease = self.host.lease.lock().expect("lease lock");
+        if lease.lapse_ms.is_none() {
+            // `arm()` comes before the first write: the first window counts from here.
+            lease.lapse_ms = Some(start + self.ttl.as_millis() as u64);
+        }
+        start
+    }
+
+    fn lease_write_confirmed(&self, start: u64) {
+        let done = self.shared.now_ms();
+        let mut lease = self.host.lease.lock().expect("lease lock");
+        if let Some(lapse) = lease.lapse_ms
+            && done <= lapse
+        {
+            lease.lapse_ms = Some(lapse.max(start + self.ttl.as_millis() as u64));
+        }
+    }
+}
+
+#[async_trait]
+impl MembershipProvider for SimProvider {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
+        let start = self.lease_write_started();
+        self.unfrozen().await;
+        let r = self.inner.join(descriptor, ttl).await;
+        if r.is_ok() {
+            self.lease_write_confirmed(start);
+        }
+        r
+    }
+
+    async fn renew(&self, descriptor: &HostDescriptor) -> Result<u64, ProviderError> {
+        let start = self.lease_write_started();
+        self.unfrozen().await;
+        let r = self.inner.renew(descriptor).await;
+        if r.is_ok() {
+            self.lease_write_confirmed(start);
+        }
+        r
+    }
+
+    async fn withdraw(&self) -> Result<(), ProviderError> {
+        self.unfrozen().await;
+        self.inner.withdraw().await
+    }
+
+    async fn changes_since(&self, cursor: Option<u64>) -> Result<ChangeBatch, ProviderError> {
+        self.unfrozen().await;
+        self.inner.changes_since(cursor).await
+    }
+
+    fn notifications(&self) -> watch::Receiver<u64> {
+        self.inner.notifications()
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<LeaseRecord>, ProviderError> {
+        self.unfrozen().await;
+        self.inner.read(id).await
+    }
+
+    async fn delete_if(&self, id: &str, version: u64) -> Result<DeleteOutcome, ProviderError> {
+        self.unfrozen().await;
+        self.inner.delete_if(id, version).await
+    }
+}
