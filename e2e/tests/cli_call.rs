@@ -5,7 +5,6 @@ mod sdk_support;
 
 use sdk_support::{Scratch, Sidecar, bin, counter_app};
 use std::process::{Command, Output};
-use std::time::Duration;
 
 fn sigx(args: &[&str]) -> Output {
     Command::new(bin("sigx"))
@@ -197,7 +196,6 @@ fn status_counts_the_node_a_host_reports() {
 fn dev_up_runs_the_workload_checks_it_and_stops_cleanly() {
     let scratch = Scratch::new("dev");
     let dir = scratch.path("d");
-    let started = std::time::Instant::now();
     let out = Command::new(bin("sigx"))
         .args([
             "dev",
@@ -216,7 +214,6 @@ fn dev_up_runs_the_workload_checks_it_and_stops_cleanly() {
         "stdout:\n{stdout}\nstderr:\n{}",
         text(&out.stderr)
     );
-    assert!(started.elapsed() < Duration::from_secs(60));
     assert!(
         stdout.contains("check:    100/100 counters hold exactly their acknowledged increments; 0 lost, 0 doubled"),
         "{stdout}"
