@@ -32,6 +32,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+/// Partitions per `Collect` request.
+const COLLECT_BATCH: usize = 128;
+
 /// The directory's tasks; aborted on drop.
 pub(crate) struct Tasks {
     handles: Vec<JoinHandle<()>>,
@@ -128,17 +131,48 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
     let fingerprint = view.fingerprint();
     let deadline = Instant::now() + inner.config.rpc_timeout;
     let holders: Vec<_> = view.claim_holders_except(&inner.me).cloned().collect();
-    let calls = holders.iter().map(|h| {
-        let req = CollectRequest {
-            requester: inner.me.to_string(),
-            fingerprint,
-            partitions: pending.to_vec(),
-        };
+    // One batch of partitions per request keeps every answer well under the mesh's message
+    // limit even for hosts with millions of activations; batches to one host go one at a time.
+    let calls = holders.iter().map(|h| async move {
         let addr = PeerAddr {
             id: &h.id,
             advertise: &h.advertise,
         };
-        async move { (h, inner.mesh.collect(addr, req, deadline).await) }
+        let mut entries = Vec::new();
+        for batch in pending.chunks(COLLECT_BATCH) {
+            let req = CollectRequest {
+                requester: inner.me.to_string(),
+                fingerprint,
+                partitions: batch.to_vec(),
+            };
+            match inner.mesh.collect(addr, req, deadline).await {
+                Ok(resp) if resp.status == DirectoryStatus::Ok as i32 => {
+                    let agreed = resp.fingerprint == fingerprint
+                        || inner.config.faults.collect_ignores_fingerprint;
+                    if !agreed {
+                        return (
+                            h,
+                            Err(format!(
+                                "host {} answered under fingerprint {:x}, ours {fingerprint:x}",
+                                h.id, resp.fingerprint
+                            )),
+                        );
+                    }
+                    entries.extend(resp.entries);
+                }
+                Ok(resp) => {
+                    return (
+                        h,
+                        Err(format!(
+                            "host {} has not converged (fingerprint {:x}, ours {fingerprint:x})",
+                            h.id, resp.fingerprint
+                        )),
+                    );
+                }
+                Err(e) => return (h, Err(format!("Collect at {}: {e}", h.id))),
+            }
+        }
+        (h, Ok(entries))
     });
     let answers = futures::future::join_all(calls).await;
     // actor (type, key) -> (host, activation), per partition.
@@ -146,16 +180,8 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
     let mut by_partition: HashMap<u32, Reports> = HashMap::new();
     let mut hints = 0usize;
     for (host, answer) in answers {
-        let resp = answer.map_err(|e| format!("Collect at {}: {e}", host.id))?;
-        let agreed =
-            resp.fingerprint == fingerprint || inner.config.faults.collect_ignores_fingerprint;
-        if resp.status != DirectoryStatus::Ok as i32 || !agreed {
-            return Err(format!(
-                "host {} has not converged (fingerprint {:x}, ours {fingerprint:x})",
-                host.id, resp.fingerprint
-            ));
-        }
-        for e in resp.entries {
+        let entries = answer?;
+        for e in entries {
             let Some(actor) = e.actor else { continue };
             if e.host_id != *host.id {
                 hints += 1;
