@@ -9,6 +9,8 @@
 //! ever sees it. The CEL rules are unit-tested without a server in `crds/tests/cel.rs`.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "cel")]
+pub mod cel;
 pub mod cluster;
 pub mod common;
 pub mod role;
