@@ -391,3 +391,36 @@ async fn a_stopping_app_is_drained_and_its_actors_deactivate_through_it() {
         status.activations
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_change_survives_a_panicking_callback_and_a_sidecar_restart() {
+    let mut w = world("onchange").await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let _sub = w.client.on_change(MemberFilter::any(), move |m| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        panic!("a subscriber that always panics ({} hosts)", m.hosts.len());
+    });
+    let wait_for = |n: usize| {
+        let calls = calls.clone();
+        async move {
+            let mut waited = Duration::ZERO;
+            while calls.load(Ordering::SeqCst) < n {
+                assert!(
+                    waited < Duration::from_secs(10),
+                    "callback ran fewer than {n} times"
+                );
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                waited += Duration::from_millis(25);
+            }
+        }
+    };
+    wait_for(1).await;
+    // The connection goes away and comes back: the subscription re-subscribes by itself and
+    // the (still panicking) callback hears the new sidecar's view.
+    w.sidecar.proc.terminate(Duration::from_secs(10));
+    let socket = w.sidecar.socket.clone();
+    w.sidecar = Sidecar::start(&w._scratch, &socket, &[]);
+    wait_for(2).await;
+    w.serving.shutdown().await.unwrap();
+}
