@@ -1,1 +1,56 @@
-//! (being built)
+//! Membership (DESIGN.md §3): which hosts are alive, as immutable views; this host's own lease,
+//! judged by the [`HeartbeatClock`]; fencing of stateful hosts and rejoining of worker-only
+//! ones; and the providers: [`memory`] (tests), [`sqlite`] (the embedded default) and
+//! [`kubernetes`] (one `coordination.k8s.io/v1` Lease per host).
+//!
+//! The rest of the sidecar holds a [`MembershipHandle`] returned by [`start`].
+
+pub mod coalesce;
+pub mod config;
+pub mod descriptor;
+pub mod handle;
+pub mod heartbeat;
+pub mod memory;
+pub mod provider;
+pub mod view;
+
+pub use coalesce::RefreshCoalescer;
+pub use config::{ExpiryCheck, MembershipConfig, MembershipConfigError, validate_timing};
+pub use descriptor::{DescriptorError, HostDescriptor, HostStatus};
+pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};
+pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
+pub use memory::{MemoryHub, MemoryProvider};
+pub use provider::{
+    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
+};
+pub use view::{MemberFilter, MembersMemo, MembershipView, ViewSource, members_memo};
+
+use std::time::Duration;
+
+/// A membership operation that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipError {
+    /// The timing cannot work.
+    #[error(transparent)]
+    Config(#[from] MembershipConfigError),
+    /// The descriptor cannot be published.
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
+    /// The store failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// This host fenced itself: terminal.
+    #[error("this host is fenced ({0}); restart it to rejoin under a new id")]
+    Fenced(FenceReason),
+    /// This host left membership.
+    #[error("this host has left membership")]
+    Left,
+    /// A store operation took too long.
+    #[error("membership {op} timed out after {after:?}; is the membership store reachable?")]
+    Timeout {
+        /// The operation.
+        op: &'static str,
+        /// How long it was given.
+        after: Duration,
+    },
+}

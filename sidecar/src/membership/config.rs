@@ -1,0 +1,136 @@
+//! Membership timing: heartbeat interval, lease TTL, the observers' drift margin, refresh
+//! coalescing, and the worker-only rejoin backoff. Validated before anything binds.
+
+use std::time::Duration;
+
+/// Timing of one host's membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipConfig {
+    /// How often the host renews its lease (default 5 s).
+    pub beat: Duration,
+    /// How long a lease is valid after the start of its last confirmed write (default 15 s).
+    /// Must exceed 2× `beat`, so one lost beat never fences a host.
+    pub ttl: Duration,
+    /// Added to a peer's TTL before this host suspects it, for clock-rate differences between
+    /// machines (default 1 s). Peers then still confirm with a fresh read before expiring.
+    pub drift_margin: Duration,
+    /// Trailing window of refresh coalescing (default 0 = leading edge only, single-flight).
+    pub coalesce: Duration,
+    /// Cap of the worker-only rejoin backoff (default 30 s; it starts at half a beat).
+    pub rejoin_backoff_max: Duration,
+    /// How an expiry candidate is confirmed. Only tests change this, to show what the fresh read
+    /// prevents.
+    #[doc(hidden)]
+    pub expiry_check: ExpiryCheck,
+}
+
+/// How an observer confirms that a silent peer expired.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExpiryCheck {
+    /// A linearizable read must still show the renewal last observed (DESIGN.md §3).
+    #[default]
+    FreshRead,
+    /// DELIBERATELY BROKEN, for tests only: trust the local judgement. A lagging observer then
+    /// expires a live host that renewed just before its deadline.
+    TrustLocalJudgement,
+}
+
+impl Default for MembershipConfig {
+    fn default() -> Self {
+        MembershipConfig {
+            beat: Duration::from_secs(5),
+            ttl: Duration::from_secs(15),
+            drift_margin: Duration::from_secs(1),
+            coalesce: Duration::ZERO,
+            rejoin_backoff_max: Duration::from_secs(30),
+            expiry_check: ExpiryCheck::FreshRead,
+        }
+    }
+}
+
+/// A membership timing that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MembershipConfigError {
+    /// The beat interval is zero.
+    #[error("the membership heartbeat interval must be greater than zero (SIGX_HEARTBEAT_MS)")]
+    ZeroBeat,
+    /// TTL ≤ 2× beat: a single delayed beat would fence the host.
+    #[error(
+        "the membership TTL ({ttl:?}) must exceed twice the heartbeat interval ({beat:?}), so one \
+         lost beat does not fence a host; raise SIGX_TTL_MS or lower SIGX_HEARTBEAT_MS"
+    )]
+    TtlTooShort {
+        /// The configured TTL.
+        ttl: Duration,
+        /// The configured heartbeat interval.
+        beat: Duration,
+    },
+}
+
+impl MembershipConfig {
+    /// A config with this beat and TTL and the other defaults.
+    pub fn with_timing(beat: Duration, ttl: Duration) -> Self {
+        MembershipConfig {
+            beat,
+            ttl,
+            ..Default::default()
+        }
+    }
+
+    /// Checks the timing; every error names the setting to change.
+    pub fn validate(&self) -> Result<(), MembershipConfigError> {
+        validate_timing(self.beat, self.ttl)
+    }
+
+    /// How long a single lease write may take before it counts as failed.
+    pub(crate) fn write_timeout(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How often the lease and the peers' expiry are checked between beats.
+    pub(crate) fn check_interval(&self) -> Duration {
+        (self.beat / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// The first rejoin backoff.
+    pub(crate) fn rejoin_backoff_initial(&self) -> Duration {
+        (self.beat / 2).max(Duration::from_millis(10))
+    }
+}
+
+/// TTL must exceed 2× beat and beat must be positive.
+pub fn validate_timing(beat: Duration, ttl: Duration) -> Result<(), MembershipConfigError> {
+    if beat.is_zero() {
+        return Err(MembershipConfigError::ZeroBeat);
+    }
+    if ttl <= beat * 2 {
+        return Err(MembershipConfigError::TtlTooShort { ttl, beat });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_must_exceed_twice_the_beat() {
+        let ms = Duration::from_millis;
+        assert!(MembershipConfig::default().validate().is_ok());
+        assert_eq!(
+            validate_timing(ms(500), ms(1000)),
+            Err(MembershipConfigError::TtlTooShort {
+                ttl: ms(1000),
+                beat: ms(500)
+            })
+        );
+        assert!(validate_timing(ms(499), ms(1000)).is_ok());
+        assert_eq!(
+            validate_timing(ms(0), ms(1000)),
+            Err(MembershipConfigError::ZeroBeat)
+        );
+        let msg = validate_timing(ms(500), ms(1000)).unwrap_err().to_string();
+        assert!(msg.contains("twice the heartbeat"), "{msg}");
+    }
+}

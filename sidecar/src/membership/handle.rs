@@ -1,0 +1,951 @@
+//! The membership engine of one host, provider-independent: the join, the heartbeat task, the
+//! ordered change feed and the views built from it, the observer's expiry judgement (own
+//! monotonic clock, then a fresh read, then a compare-and-swap delete), and the lapse policy
+//! (stateful hosts fence, worker-only hosts rejoin). The rest of the sidecar holds a cloneable
+//! [`MembershipHandle`].
+
+use super::MembershipError;
+use super::coalesce::{ReadFn, RefreshCoalescer};
+use super::config::{ExpiryCheck, MembershipConfig};
+use super::descriptor::{HostDescriptor, HostStatus};
+use super::heartbeat::{FenceReason, HeartbeatClock, LostCause};
+use super::provider::{
+    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
+};
+use super::view::{MembershipView, ViewSource};
+use crate::clock::SharedClock;
+use futures::FutureExt;
+use std::collections::{BTreeMap, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+/// Where the host stands with its own record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Holding the lease and renewing it.
+    Serving,
+    /// Worker-only host whose lease lapsed: rejoining under the same id.
+    Lapsed,
+    /// Stateful host that lost or suspects its lease: terminal.
+    Fenced,
+    /// Withdrew deliberately.
+    Left,
+}
+
+/// The membership counters of one host (names in [`MembershipCounters::named`] are stable).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MembershipCounters {
+    /// Times this host fenced itself (0 or 1: fencing is terminal).
+    pub self_fences: u64,
+    /// Lease lapses answered by rejoining (worker-only hosts), counted at the decision.
+    pub rejoin_attempts: u64,
+    /// Rejoins that got back in. `rejoin_attempts - rejoins` is the rejoin loops still running.
+    pub rejoins: u64,
+    /// Lease writes confirmed.
+    pub beats: u64,
+    /// Lease writes that failed or timed out.
+    pub beat_failures: u64,
+    /// Peers this host expired (after the fresh read confirmed it).
+    pub expiries_observed: u64,
+    /// Reads of the store's change feed.
+    pub feed_reads: u64,
+    /// `on_change` subscribers that panicked (and were contained).
+    pub subscriber_panics: u64,
+}
+
+impl MembershipCounters {
+    /// The counters under their stable names, as `Status.counters` and metrics report them.
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("selfFences", self.self_fences),
+            ("rejoinAttempts", self.rejoin_attempts),
+            ("rejoins", self.rejoins),
+            ("membershipBeats", self.beats),
+            ("membershipBeatFailures", self.beat_failures),
+            ("membershipExpiriesObserved", self.expiries_observed),
+            ("membershipFeedReads", self.feed_reads),
+            ("membershipSubscriberPanics", self.subscriber_panics),
+        ]
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    self_fences: AtomicU64,
+    rejoin_attempts: AtomicU64,
+    rejoins: AtomicU64,
+    beats: AtomicU64,
+    beat_failures: AtomicU64,
+    expiries_observed: AtomicU64,
+    feed_reads: AtomicU64,
+    subscriber_panics: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A record as this host observed it, with when (on its own monotonic clock) it last saw the
+/// renewal token change.
+struct Tracked {
+    record: LeaseRecord,
+    last_change: Instant,
+}
+
+struct Observed {
+    records: BTreeMap<String, Tracked>,
+    cursor: Option<u64>,
+    /// Records this host removed ahead of its feed (local expiry), with the version removed: an
+    /// older upsert still in the feed must not resurrect them.
+    tombstones: HashMap<String, u64>,
+    version: u64,
+}
+
+type Subscriber = Arc<dyn Fn(&Arc<MembershipView>) + Send + Sync>;
+
+struct Inner {
+    self_id: String,
+    cfg: MembershipConfig,
+    clock: SharedClock,
+    provider: Arc<dyn MembershipProvider>,
+    stateful: bool,
+    hb: HeartbeatClock,
+    desired: Mutex<HostDescriptor>,
+    observed: Mutex<Observed>,
+    view_tx: watch::Sender<Arc<MembershipView>>,
+    fence_tx: watch::Sender<Option<FenceReason>>,
+    phase: Mutex<Phase>,
+    wake: Notify,
+    subscribers: Mutex<(u64, Vec<(u64, Subscriber)>)>,
+    counters: Counters,
+    /// Serializes writes of our own record (beats, status changes, rejoin, withdraw).
+    writer: tokio::sync::Mutex<()>,
+    /// The version of our record as we last wrote it.
+    own_version: AtomicU64,
+    coalescer: OnceLock<RefreshCoalescer<MembershipError>>,
+}
+
+/// Aborts the background tasks when the last handle is dropped.
+struct Tasks(Mutex<Vec<JoinHandle<()>>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for t in self.0.lock().expect("tasks lock").drain(..) {
+            t.abort();
+        }
+    }
+}
+
+/// A host's membership: its view of the fleet, its lease, and its fencing state. Cheap to clone.
+#[derive(Clone)]
+pub struct MembershipHandle {
+    inner: Arc<Inner>,
+    tasks: Arc<Tasks>,
+}
+
+impl std::fmt::Debug for MembershipHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MembershipHandle")
+            .field("self_id", &self.inner.self_id)
+            .field("provider", &self.inner.provider.kind())
+            .field("phase", &*self.inner.phase.lock().expect("phase lock"))
+            .finish()
+    }
+}
+
+/// Keeps an [`MembershipHandle::on_change`] callback registered; dropping it unsubscribes.
+pub struct Subscription {
+    inner: Weak<Inner>,
+    id: u64,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner
+                .subscribers
+                .lock()
+                .expect("subscribers lock")
+                .1
+                .retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+/// Joins membership as `joining` and starts the heartbeat, feed and expiry tasks.
+///
+/// The HeartbeatClock is armed *before* the join write, so the window counts from the start of
+/// that write. Returns once the join is confirmed and a first view has been read.
+pub async fn start(
+    provider: Arc<dyn MembershipProvider>,
+    descriptor: HostDescriptor,
+    cfg: MembershipConfig,
+    clock: SharedClock,
+) -> Result<MembershipHandle, MembershipError> {
+    cfg.validate()?;
+    let mut descriptor = descriptor.normalized();
+    if descriptor.id.is_empty() {
+        return Err(super::DescriptorError::EmptyId.into());
+    }
+    descriptor.status = HostStatus::Joining;
+    let span = info_span!("membership", host = %descriptor.id, provider = provider.kind());
+    let inner = Arc::new(Inner {
+        self_id: descriptor.id.clone(),
+        stateful: descriptor.is_stateful(),
+        hb: HeartbeatClock::new(clock.clone(), cfg.ttl),
+        desired: Mutex::new(descriptor.clone()),
+        observed: Mutex::new(Observed {
+            records: BTreeMap::new(),
+            cursor: None,
+            tombstones: HashMap::new(),
+            version: 0,
+        }),
+        view_tx: watch::channel(Arc::new(MembershipView::empty())).0,
+        fence_tx: watch::channel(None).0,
+        phase: Mutex::new(Phase::Serving),
+        wake: Notify::new(),
+        subscribers: Mutex::new((0, Vec::new())),
+        counters: Counters::default(),
+        writer: tokio::sync::Mutex::new(()),
+        own_version: AtomicU64::new(0),
+        coalescer: OnceLock::new(),
+        cfg,
+        clock,
+        provider,
+    });
+    let weak = Arc::downgrade(&inner);
+    let read: ReadFn<MembershipError> = Arc::new(move || {
+        let weak = weak.clone();
+        async move {
+            match weak.upgrade() {
+                Some(inner) => inner.read_feed().await,
+                None => Err(MembershipError::Left),
+            }
+        }
+        .boxed()
+    });
+    let _ = inner
+        .coalescer
+        .set(RefreshCoalescer::new(read, inner.cfg.coalesce));
+
+    async {
+        // arm() before the join write: the window starts when the write starts.
+        inner.hb.arm();
+        inner.hb.beat();
+        let timeout = inner.cfg.write_timeout();
+        match tokio::time::timeout(timeout, inner.provider.join(&descriptor, inner.cfg.ttl)).await {
+            Err(_) => {
+                inner.hb.disarm();
+                return Err(MembershipError::Timeout {
+                    op: "join",
+                    after: timeout,
+                });
+            }
+            Ok(Err(e)) => {
+                inner.hb.disarm();
+                return Err(e.into());
+            }
+            Ok(Ok(version)) => {
+                inner.own_version.store(version, Ordering::SeqCst);
+                if let Err(reason) = inner.hb.check() {
+                    let _ = inner.provider.withdraw().await;
+                    return Err(MembershipError::Fenced(reason));
+                }
+                inner.hb.confirmed();
+                bump(&inner.counters.beats);
+            }
+        }
+        if let Err(e) = inner.coalescer().demand(None).await {
+            let _ = inner.provider.withdraw().await;
+            inner.hb.disarm();
+            return Err(e);
+        }
+        info!(stateful = inner.stateful, "joined membership");
+        Ok(())
+    }
+    .instrument(span.clone())
+    .await?;
+
+    let tasks = vec![
+        tokio::spawn(feed_task(inner.clone()).instrument(span.clone())),
+        tokio::spawn(beat_task(inner.clone()).instrument(span.clone())),
+        tokio::spawn(guard_task(inner.clone()).instrument(span.clone())),
+        tokio::spawn(sweep_task(inner.clone()).instrument(span)),
+    ];
+    Ok(MembershipHandle {
+        inner,
+        tasks: Arc::new(Tasks(Mutex::new(tasks))),
+    })
+}
+
+impl Inner {
+    fn coalescer(&self) -> &RefreshCoalescer<MembershipError> {
+        self.coalescer.get().expect("coalescer set at start")
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().expect("phase lock")
+    }
+
+    /// The lease lapsed (suspicion or proof of loss): fence a stateful host, send a worker-only
+    /// host into the rejoin loop.
+    fn lapse(&self, reason: FenceReason) {
+        let mut phase = self.phase.lock().expect("phase lock");
+        if *phase != Phase::Serving {
+            return;
+        }
+        if self.stateful {
+            *phase = Phase::Fenced;
+            drop(phase);
+            bump(&self.counters.self_fences);
+            warn!(%reason, "fenced: this host can no longer prove its membership; terminal");
+            self.fence_tx.send_replace(Some(reason));
+        } else {
+            *phase = Phase::Lapsed;
+            drop(phase);
+            bump(&self.counters.rejoin_attempts);
+            info!(%reason, "membership lapsed; worker-only host rejoins under the same id");
+        }
+        self.wake.notify_one();
+    }
+
+    /// One write of our own record (a beat or a status change), judged by the HeartbeatClock.
+    async fn write_lease(&self) -> Result<(), MembershipError> {
+        match self.phase() {
+            Phase::Fenced => return Err(self.fenced_error()),
+            Phase::Left => return Err(MembershipError::Left),
+            Phase::Serving | Phase::Lapsed => {}
+        }
+        let _w = self.writer.lock().await;
+        match self.phase() {
+            Phase::Serving => {}
+            Phase::Fenced => return Err(self.fenced_error()),
+            Phase::Left => return Err(MembershipError::Left),
+            // The rejoin publishes the desired descriptor.
+            Phase::Lapsed => return Ok(()),
+        }
+        let descriptor = self.desired.lock().expect("desired lock").clone();
+        self.hb.beat();
+        let timeout = self.cfg.write_timeout();
+        let result = tokio::time::timeout(timeout, self.provider.renew(&descriptor)).await;
+        match result {
+            Ok(Ok(version)) => {
+                self.own_version.store(version, Ordering::SeqCst);
+                // A write confirmed after the old deadline does not save the host.
+                if let Err(reason) = self.hb.check() {
+                    self.lapse(reason.clone());
+                    return Err(MembershipError::Fenced(reason));
+                }
+                self.hb.confirmed();
+                bump(&self.counters.beats);
+                Ok(())
+            }
+            Ok(Err(ProviderError::Lost { cause, .. })) => {
+                bump(&self.counters.beat_failures);
+                self.hb.lost(cause.clone());
+                self.lapse(FenceReason::Lost(cause.clone()));
+                Err(MembershipError::Fenced(FenceReason::Lost(cause)))
+            }
+            Ok(Err(e)) => {
+                bump(&self.counters.beat_failures);
+                self.hb.failed();
+                warn!(error = %e, "lease write failed");
+                self.check_and_lapse();
+                Err(e.into())
+            }
+            Err(_) => {
+                bump(&self.counters.beat_failures);
+                self.hb.failed();
+                warn!(after = ?timeout, "lease write timed out");
+                self.check_and_lapse();
+                Err(MembershipError::Timeout {
+                    op: "renew",
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    fn check_and_lapse(&self) {
+        if self.phase() == Phase::Serving
+            && let Err(reason) = self.hb.check()
+        {
+            self.lapse(reason);
+        }
+    }
+
+    fn fenced_error(&self) -> MembershipError {
+        MembershipError::Fenced(
+            self.fence_tx
+                .borrow()
+                .clone()
+                .unwrap_or(FenceReason::Lost(LostCause::Gone)),
+        )
+    }
+
+    /// The coalesced read: the feed after our cursor, applied in order.
+    async fn read_feed(self: Arc<Self>) -> Result<u64, MembershipError> {
+        bump(&self.counters.feed_reads);
+        let cursor = self.observed.lock().expect("observed lock").cursor;
+        let batch = self.provider.changes_since(cursor).await?;
+        let now = self.clock.now();
+        let mut obs = self.observed.lock().expect("observed lock");
+        let mut changed = false;
+        let new_cursor = batch.cursor();
+        match batch {
+            ChangeBatch::Snapshot { records, .. } => {
+                let mut next = BTreeMap::new();
+                for record in records {
+                    let last_change = match obs.records.get(record.id()) {
+                        Some(t) if t.record.renew == record.renew => t.last_change,
+                        _ => now,
+                    };
+                    next.insert(
+                        record.id().to_string(),
+                        Tracked {
+                            record,
+                            last_change,
+                        },
+                    );
+                }
+                changed = next.len() != obs.records.len()
+                    || next
+                        .iter()
+                        .zip(obs.records.iter())
+                        .any(|((a, ta), (b, tb))| {
+                            a != b || ta.record.descriptor != tb.record.descriptor
+                        });
+                obs.records = next;
+                obs.tombstones.clear();
+            }
+            ChangeBatch::Changes { changes, .. } => {
+                for change in changes {
+                    changed |= self.apply(&mut obs, change, now);
+                }
+            }
+        }
+        obs.cursor = Some(new_cursor);
+        if changed {
+            self.publish(&mut obs);
+        }
+        Ok(new_cursor)
+    }
+
+    fn apply(&self, obs: &mut Observed, change: Change, now: Instant) -> bool {
+        match change {
+            Change::Upsert(record) => {
+                let id = record.id().to_string();
+                if let Some(&gone_at) = obs.tombstones.get(&id) {
+                    if record.version <= gone_at {
+                        return false;
+                    }
+                    obs.tombstones.remove(&id);
+                }
+                match obs.records.get_mut(&id) {
+                    Some(t) => {
+                        if t.record.renew != record.renew {
+                            t.last_change = now;
+                        }
+                        let changed = t.record.descriptor != record.descriptor;
+                        t.record = record;
+                        changed
+                    }
+                    None => {
+                        obs.records.insert(
+                            id,
+                            Tracked {
+                                record,
+                                last_change: now,
+                            },
+                        );
+                        true
+                    }
+                }
+            }
+            Change::Delete { id, version } => {
+                if obs.tombstones.get(&id).is_some_and(|&v| version <= v) {
+                    obs.tombstones.remove(&id);
+                    return false;
+                }
+                obs.tombstones.remove(&id);
+                if id == self.self_id
+                    && version >= self.own_version.load(Ordering::SeqCst)
+                    && self.phase() == Phase::Serving
+                {
+                    // Proof that our record is gone: fire at once, whatever the clocks say.
+                    self.hb.lost(LostCause::Deleted);
+                    self.lapse(FenceReason::Lost(LostCause::Deleted));
+                }
+                obs.records.remove(&id).is_some()
+            }
+        }
+    }
+
+    /// Builds and publishes a new view (under the observed lock, so views leave in order) and
+    /// runs the subscribers, each contained so that a panicking one cannot take the others down.
+    fn publish(&self, obs: &mut Observed) {
+        obs.version += 1;
+        let hosts = obs
+            .records
+            .values()
+            .map(|t| t.record.descriptor.clone())
+            .collect();
+        let view = Arc::new(MembershipView::new(obs.version, hosts));
+        self.view_tx.send_replace(view.clone());
+        let subscribers: Vec<Subscriber> = self
+            .subscribers
+            .lock()
+            .expect("subscribers lock")
+            .1
+            .iter()
+            .map(|(_, s)| s.clone())
+            .collect();
+        for s in subscribers {
+            if catch_unwind(AssertUnwindSafe(|| s(&view))).is_err() {
+                bump(&self.counters.subscriber_panics);
+                warn!(
+                    version = view.version,
+                    "a membership on_change subscriber panicked"
+                );
+            }
+        }
+    }
+
+    /// Removes a peer this host judged expired (or found gone), ahead of the feed.
+    fn remove_expired(&self, id: &str, seen: &LeaseRecord, version: u64) {
+        let mut obs = self.observed.lock().expect("observed lock");
+        let still_same = obs
+            .records
+            .get(id)
+            .is_some_and(|t| t.record.renew == seen.renew);
+        if !still_same {
+            return;
+        }
+        obs.records.remove(id);
+        obs.tombstones
+            .insert(id.to_string(), version.max(seen.version));
+        bump(&self.counters.expiries_observed);
+        info!(
+            peer = id,
+            "peer expired: silent past its TTL and confirmed by a fresh read"
+        );
+        self.publish(&mut obs);
+    }
+
+    /// The fresh read showed the peer alive (our feed lags): restart its window.
+    fn touch(&self, id: &str) {
+        let now = self.clock.now();
+        if let Some(t) = self
+            .observed
+            .lock()
+            .expect("observed lock")
+            .records
+            .get_mut(id)
+        {
+            t.last_change = now;
+        }
+    }
+
+    /// Judges every peer on this host's monotonic clock; candidates are confirmed by a fresh read
+    /// still showing the renewal last observed, then deleted by compare-and-swap on the version
+    /// read (so the peer learns it is gone and every view converges).
+    async fn sweep(&self) {
+        let now = self.clock.now();
+        let candidates: Vec<LeaseRecord> = {
+            let obs = self.observed.lock().expect("observed lock");
+            obs.records
+                .values()
+                .filter(|t| t.record.id() != self.self_id)
+                .filter(|t| {
+                    now.saturating_duration_since(t.last_change)
+                        > t.record.ttl + self.cfg.drift_margin
+                })
+                .map(|t| t.record.clone())
+                .collect()
+        };
+        let io_timeout = self.cfg.beat;
+        for seen in candidates {
+            let id = seen.id().to_string();
+            if self.cfg.expiry_check == ExpiryCheck::TrustLocalJudgement {
+                let _ =
+                    tokio::time::timeout(io_timeout, self.provider.delete_if(&id, seen.version))
+                        .await;
+                self.remove_expired(&id, &seen, seen.version);
+                continue;
+            }
+            let fresh = match tokio::time::timeout(io_timeout, self.provider.read(&id)).await {
+                Ok(Ok(fresh)) => fresh,
+                Ok(Err(e)) => {
+                    debug!(peer = %id, error = %e, "cannot confirm expiry: fresh read failed");
+                    continue;
+                }
+                Err(_) => {
+                    debug!(peer = %id, "cannot confirm expiry: fresh read timed out");
+                    continue;
+                }
+            };
+            match fresh {
+                None => self.remove_expired(&id, &seen, seen.version),
+                Some(fresh) if fresh.renew == seen.renew && fresh.holder == seen.holder => {
+                    let outcome = tokio::time::timeout(
+                        io_timeout,
+                        self.provider.delete_if(&id, fresh.version),
+                    )
+                    .await;
+                    match outcome {
+                        Ok(Ok(DeleteOutcome::Deleted | DeleteOutcome::Gone)) => {
+                            self.remove_expired(&id, &seen, fresh.version)
+                        }
+                        Ok(Ok(DeleteOutcome::Changed)) => self.touch(&id),
+                        Ok(Err(e)) => debug!(peer = %id, error = %e, "expiry delete failed"),
+                        Err(_) => debug!(peer = %id, "expiry delete timed out"),
+                    }
+                }
+                Some(_) => {
+                    debug!(peer = %id, "expiry candidate renewed: our feed lags; keeping it");
+                    self.touch(&id);
+                }
+            }
+        }
+    }
+
+    async fn withdraw_after_fence(&self) {
+        let _w = self.writer.lock().await;
+        let mut backoff = self.cfg.rejoin_backoff_initial();
+        for _ in 0..8 {
+            match tokio::time::timeout(self.cfg.write_timeout(), self.provider.withdraw()).await {
+                Ok(Ok(())) => {
+                    info!("fenced host withdrew its record");
+                    return;
+                }
+                Ok(Err(e)) => debug!(error = %e, "withdraw after fence failed"),
+                Err(_) => debug!("withdraw after fence timed out"),
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.cfg.rejoin_backoff_max);
+        }
+        warn!("fenced host could not withdraw its record; peers will expire it");
+    }
+
+    async fn rejoin(&self) {
+        let mut backoff = self.cfg.rejoin_backoff_initial();
+        loop {
+            {
+                let _w = self.writer.lock().await;
+                if self.phase() != Phase::Lapsed {
+                    return;
+                }
+                let descriptor = self.desired.lock().expect("desired lock").clone();
+                // A fresh window, started before the write (as at the first join).
+                self.hb.arm();
+                self.hb.beat();
+                let result = tokio::time::timeout(
+                    self.cfg.write_timeout(),
+                    self.provider.join(&descriptor, self.cfg.ttl),
+                )
+                .await;
+                match result {
+                    Ok(Ok(version)) => {
+                        self.own_version.store(version, Ordering::SeqCst);
+                        self.hb.confirmed();
+                        let mut phase = self.phase.lock().expect("phase lock");
+                        if *phase == Phase::Lapsed {
+                            *phase = Phase::Serving;
+                        }
+                        drop(phase);
+                        bump(&self.counters.rejoins);
+                        info!("rejoined membership under the same id");
+                        self.coalescer().nudge(None);
+                        return;
+                    }
+                    Ok(Err(e)) => {
+                        self.hb.failed();
+                        debug!(error = %e, ?backoff, "rejoin failed");
+                    }
+                    Err(_) => {
+                        self.hb.failed();
+                        debug!(?backoff, "rejoin timed out");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.wake.notified() => {}
+            }
+            backoff = (backoff * 2).min(self.cfg.rejoin_backoff_max);
+        }
+    }
+}
+
+async fn feed_task(inner: Arc<Inner>) {
+    let mut rx = inner.provider.notifications();
+    loop {
+        let hint = *rx.borrow_and_update();
+        inner.coalescer().nudge(Some(hint));
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn beat_task(inner: Arc<Inner>) {
+    let mut next = Instant::now() + inner.cfg.beat;
+    loop {
+        match inner.phase() {
+            Phase::Left => return,
+            Phase::Fenced => {
+                inner.withdraw_after_fence().await;
+                return;
+            }
+            Phase::Lapsed => {
+                inner.rejoin().await;
+                next = Instant::now() + inner.cfg.beat;
+                continue;
+            }
+            Phase::Serving => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(next) => {
+                let ok = inner.write_lease().await.is_ok();
+                let delay = if ok { inner.cfg.beat } else { (inner.cfg.beat / 2).max(Duration::from_millis(5)) };
+                next = Instant::now() + delay;
+            }
+            _ = inner.wake.notified() => {}
+        }
+    }
+}
+
+/// Asks the HeartbeatClock between beats, so an idle host fences (or rejoins) on time even when
+/// no activation asks: at the monotonic deadline exactly (the fence must come before any peer
+/// can expire the host), and every check interval for the wall clock (a suspend).
+async fn guard_task(inner: Arc<Inner>) {
+    loop {
+        let mut next = Instant::now() + inner.cfg.check_interval();
+        if let Some(deadline) = inner.hb.deadline() {
+            // The clock's monotonic side may run ahead of tokio's (an injected clock): translate.
+            let until = deadline.saturating_duration_since(inner.clock.now());
+            next = next.min(Instant::now() + until + Duration::from_millis(1));
+        }
+        tokio::time::sleep_until(next).await;
+        match inner.phase() {
+            Phase::Serving => inner.check_and_lapse(),
+            Phase::Left | Phase::Fenced => return,
+            Phase::Lapsed => {}
+        }
+    }
+}
+
+async fn sweep_task(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(inner.cfg.check_interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if inner.phase() == Phase::Left {
+            return;
+        }
+        inner.sweep().await;
+    }
+}
+
+impl ViewSource for MembershipHandle {
+    fn current_view(&self) -> Arc<MembershipView> {
+        self.view()
+    }
+}
+
+impl MembershipHandle {
+    /// This host's id.
+    pub fn self_id(&self) -> &str {
+        &self.inner.self_id
+    }
+
+    /// The provider kind (`memory`, `sqlite`, `kubernetes`).
+    pub fn provider_kind(&self) -> &'static str {
+        self.inner.provider.kind()
+    }
+
+    /// Whether this host registers a stateful type (and so fences instead of rejoining).
+    pub fn is_stateful(&self) -> bool {
+        self.inner.stateful
+    }
+
+    /// The descriptor this host publishes (with the status it wants).
+    pub fn descriptor(&self) -> HostDescriptor {
+        self.inner.desired.lock().expect("desired lock").clone()
+    }
+
+    /// The current view: the same `Arc` until the next observed change.
+    pub fn view(&self) -> Arc<MembershipView> {
+        self.inner.view_tx.borrow().clone()
+    }
+
+    /// A receiver of every new view.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<MembershipView>> {
+        self.inner.view_tx.subscribe()
+    }
+
+    /// Runs `f` with every new view, synchronously on the path that observed the change. Keep it
+    /// short; a panic is contained (and counted) and does not reach the other subscribers.
+    pub fn on_change(
+        &self,
+        f: impl Fn(&Arc<MembershipView>) + Send + Sync + 'static,
+    ) -> Subscription {
+        let mut subs = self.inner.subscribers.lock().expect("subscribers lock");
+        subs.0 += 1;
+        let id = subs.0;
+        subs.1.push((id, Arc::new(f)));
+        Subscription {
+            inner: Arc::downgrade(&self.inner),
+            id,
+        }
+    }
+
+    /// May this host serve turns right now? Synchronous: asks the HeartbeatClock on both clocks
+    /// at this instant, so a turn or `Collect` that wakes after a suspend finds the host already
+    /// fenced. Always `Ok` for a worker-only host (it never fences) until it leaves.
+    pub fn check_lease(&self) -> Result<(), FenceReason> {
+        match self.inner.phase() {
+            Phase::Fenced => {
+                return Err(self
+                    .fence_state()
+                    .unwrap_or(FenceReason::Lost(LostCause::Gone)));
+            }
+            Phase::Left => return Err(FenceReason::Left),
+            Phase::Serving | Phase::Lapsed => {}
+        }
+        if !self.inner.stateful {
+            return Ok(());
+        }
+        match self.inner.hb.check() {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                self.inner.lapse(reason.clone());
+                Err(reason)
+            }
+        }
+    }
+
+    /// Why this host fenced, once it has (latched; `/livez` fails while it is `Some`).
+    pub fn fence_state(&self) -> Option<FenceReason> {
+        self.inner.fence_tx.borrow().clone()
+    }
+
+    /// A receiver that changes to `Some(reason)` when the host fences.
+    pub fn fenced_signal(&self) -> watch::Receiver<Option<FenceReason>> {
+        self.inner.fence_tx.subscribe()
+    }
+
+    /// Whether this host is active to itself: its own view shows its own `active` record (its
+    /// wish to be active does not count), and it has not fenced or left.
+    pub fn is_self_active(&self) -> bool {
+        matches!(self.inner.phase(), Phase::Serving | Phase::Lapsed)
+            && self.fence_state().is_none()
+            && self
+                .view()
+                .get(&self.inner.self_id)
+                .is_some_and(|h| h.status == HostStatus::Active)
+    }
+
+    /// Publishes a new status (a lease write), then refreshes the view.
+    pub async fn set_status(&self, status: HostStatus) -> Result<(), MembershipError> {
+        self.inner.desired.lock().expect("desired lock").status = status;
+        self.inner.write_lease().await?;
+        self.refresh().await.map(|_| ())
+    }
+
+    /// Withdraws this host's record and stops the heartbeat. Not a fence.
+    pub async fn leave(&self) -> Result<(), MembershipError> {
+        {
+            let mut phase = self.inner.phase.lock().expect("phase lock");
+            match *phase {
+                Phase::Left => return Ok(()),
+                // A fenced host already withdrew (or is withdrawing).
+                Phase::Fenced => {
+                    *phase = Phase::Left;
+                    return Ok(());
+                }
+                Phase::Serving | Phase::Lapsed => *phase = Phase::Left,
+            }
+        }
+        self.inner.wake.notify_one();
+        let _w = self.inner.writer.lock().await;
+        self.inner.hb.disarm();
+        let timeout = self.inner.cfg.write_timeout();
+        match tokio::time::timeout(timeout, self.inner.provider.withdraw()).await {
+            Ok(Ok(())) => {
+                info!("left membership");
+                drop(_w);
+                let _ = self.refresh().await;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => Err(MembershipError::Timeout {
+                op: "withdraw",
+                after: timeout,
+            }),
+        }
+    }
+
+    /// A view read from the store after this call started (single-flight with every other
+    /// refresh and notification).
+    pub async fn refresh(&self) -> Result<Arc<MembershipView>, MembershipError> {
+        self.inner.coalescer().demand(None).await?;
+        Ok(self.view())
+    }
+
+    /// Waits until the view satisfies `pred`, or `timeout` passes.
+    pub async fn wait_for_view(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&MembershipView) -> bool,
+    ) -> Result<Arc<MembershipView>, MembershipError> {
+        let mut rx = self.subscribe();
+        let wait = async {
+            loop {
+                let view = rx.borrow_and_update().clone();
+                if pred(&view) {
+                    return view;
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::time::timeout(timeout, wait)
+            .await
+            .map_err(|_| MembershipError::Timeout {
+                op: "wait for view",
+                after: timeout,
+            })
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> MembershipCounters {
+        let c = &self.inner.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        MembershipCounters {
+            self_fences: get(&c.self_fences),
+            rejoin_attempts: get(&c.rejoin_attempts),
+            rejoins: get(&c.rejoins),
+            beats: get(&c.beats),
+            beat_failures: get(&c.beat_failures),
+            expiries_observed: get(&c.expiries_observed),
+            feed_reads: get(&c.feed_reads),
+            subscriber_panics: get(&c.subscriber_panics),
+        }
+    }
+
+    /// Stops the background tasks now (as dropping the last handle does), without withdrawing:
+    /// a crash, for tests and the simulator.
+    pub fn abort(&self) {
+        for t in self.tasks.0.lock().expect("tasks lock").drain(..) {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! The HeartbeatClock: a host's own, synchronous answer to "is my lease still valid?"
+//!
+//! DESIGN.md §3 and the seed's "Writing a provider": `arm()` once before the first lease write,
+//! `beat()` before every write, `confirmed()` / `failed()` after it, `lost()` on proof that the
+//! record is gone. Suspicion is "the start of the last confirmed write is more than TTL ago" on
+//! the monotonic clock *or* the wall clock: a suspended VM's monotonic clock stands still (and so
+//! do the timers riding it), so only the wall clock notices the suspend.
+//!
+//! Why the window counts from the *start* of a write: peers expire a host TTL (plus a drift
+//! margin) after they *observed* its write, which is never earlier than the write's start, so a
+//! host that fences at TTL after the start always fences before any peer can expire it.
+
+use crate::clock::SharedClock;
+use std::fmt;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// Why a host can no longer prove its place in membership.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FenceReason {
+    /// The monotonic clock says the last confirmed write started more than TTL ago.
+    SuspectMonotonic,
+    /// The wall clock says so while the monotonic clock may not (a suspended VM).
+    SuspectWall,
+    /// Proof that the record is gone or held by someone else.
+    Lost(LostCause),
+    /// Not a fence: the host withdrew its record deliberately and serves no more turns.
+    Left,
+}
+
+/// What proves that a host's record is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LostCause {
+    /// A write found no record (expired and deleted by a peer, or by the store).
+    Gone,
+    /// The record is held by someone else now.
+    HolderChanged {
+        /// The holder the store names.
+        holder: String,
+    },
+    /// The host's own change stream showed its record being deleted.
+    Deleted,
+}
+
+impl FenceReason {
+    /// The stable short name (`StatusResponse.fence_reason`, metrics labels, logs).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FenceReason::SuspectMonotonic => "suspect-monotonic",
+            FenceReason::SuspectWall => "suspect-wall",
+            FenceReason::Lost(_) => "lost",
+            FenceReason::Left => "left",
+        }
+    }
+}
+
+impl fmt::Display for FenceReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FenceReason::SuspectMonotonic => {
+                f.write_str("suspect-monotonic: no lease write confirmed within the TTL")
+            }
+            FenceReason::SuspectWall => f.write_str(
+                "suspect-wall: the wall clock passed the TTL since the last confirmed lease write \
+                 (the machine was probably suspended)",
+            ),
+            FenceReason::Lost(LostCause::Gone) => f.write_str("lost: the lease record is gone"),
+            FenceReason::Lost(LostCause::HolderChanged { holder }) => {
+                write!(f, "lost: the lease record is now held by {holder:?}")
+            }
+            FenceReason::Lost(LostCause::Deleted) => {
+                f.write_str("lost: the change stream showed the lease record deleted")
+            }
+            FenceReason::Left => f.write_str("left: the host withdrew from membership"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    mono: Instant,
+    wall: SystemTime,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    armed: bool,
+    /// The start of the last confirmed write (or the arm).
+    confirmed: Option<Stamp>,
+    /// The start of the write in flight.
+    pending: Option<Stamp>,
+    latched: Option<FenceReason>,
+}
+
+/// The lease-validity clock of one host. Cheap and synchronous: ask it before every activation,
+/// turn dispatch and directory `Collect` answer.
+pub struct HeartbeatClock {
+    clock: SharedClock,
+    ttl: Duration,
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for HeartbeatClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeartbeatClock")
+            .field("ttl", &self.ttl)
+            .field("state", &*self.state.lock().expect("heartbeat lock"))
+            .finish()
+    }
+}
+
+impl HeartbeatClock {
+    /// A disarmed clock for a lease of `ttl`.
+    pub fn new(clock: SharedClock, ttl: Duration) -> Self {
+        HeartbeatClock {
+            clock,
+            ttl,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The lease TTL.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            mono: self.clock.now(),
+            wall: self.clock.wall(),
+        }
+    }
+
+    /// Starts the window now, before the first lease write is attempted (the join included).
+    /// Re-arming (a worker-only host rejoining) starts a fresh window and clears the latch.
+    pub fn arm(&self) {
+        let now = self.stamp();
+        let mut s = self.state.lock().expect("heartbeat lock");
+        *s = State {
+            armed: true,
+            confirmed: Some(now),
+            pending: None,
+            latched: None,
+        };
+    }
+
+    /// Stops judging (after a deliberate leave): silent again, as before `arm()`.
+    pub fn disarm(&self) {
+        *self.state.lock().expect("heartbeat lock") = State::default();
+    }
+
+    /// Whether `arm()` was called (and not undone by `disarm()`).
+    pub fn is_armed(&self) -> bool {
+        self.state.lock().expect("heartbeat lock").armed
+    }
+
+    /// A lease write is about to start: remember when.
+    pub fn beat(&self) {
+        let now = self.stamp();
+        self.state.lock().expect("heartbeat lock").pending = Some(now);
+    }
+
+    /// The write started by the last `beat()` succeeded: the window now counts from its start.
+    /// Clears the latch and returns what was latched, if anything: a caller whose policy is
+    /// terminal (a stateful host) must call [`HeartbeatClock::check`] *before* this, because a
+    /// write confirmed after its deadline does not save the host.
+    pub fn confirmed(&self) -> Option<FenceReason> {
+        let mut s = self.state.lock().expect("heartbeat lock");
+        if let Some(p) = s.pending.take() {
+            s.confirmed = Some(p);
+        }
+        s.latched.take()
+    }
+
+    /// The write started by the last `beat()` failed. The window keeps counting from the last
+    /// confirmed start.
+    pub fn failed(&self) {
+        self.state.lock().expect("heartbeat lock").pending = None;
+    }
+
+    /// Proof that the record is gone: latches immediately, whatever the clocks say (the next
+    /// write might succeed promptly and look healthy). Silent before `arm()`.
+    pub fn lost(&self, cause: LostCause) {
+        let mut s = self.state.lock().expect("heartbeat lock");
+        if s.armed && s.latched.is_none() {
+            s.latched = Some(FenceReason::Lost(cause));
+        }
+    }
+
+    /// Is the lease still valid right now, on both clocks? Latches the first reason it finds.
+    pub fn check(&self) -> Result<(), FenceReason> {
+        let now = self.stamp();
+        let mut s = self.state.lock().expect("heartbeat lock");
+        if !s.armed {
+            return Ok(());
+        }
+        if let Some(r) = &s.latched {
+            return Err(r.clone());
+        }
+        let Some(start) = s.confirmed else {
+            return Ok(());
+        };
+        let reason = if now.mono.saturating_duration_since(start.mono) > self.ttl {
+            Some(FenceReason::SuspectMonotonic)
+        } else if now
+            .wall
+            .duration_since(start.wall)
+            // A wall clock stepped backwards says nothing about elapsed time: not suspect.
+            .is_ok_and(|elapsed| elapsed > self.ttl)
+        {
+            Some(FenceReason::SuspectWall)
+        } else {
+            None
+        };
+        match reason {
+            Some(r) => {
+                s.latched = Some(r.clone());
+                Err(r)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The monotonic instant at which the lease lapses unless a write is confirmed first (None
+    /// before `arm()`). The wall-clock side cannot be slept on; callers also poll `check()`.
+    pub fn deadline(&self) -> Option<Instant> {
+        let s = self.state.lock().expect("heartbeat lock");
+        s.confirmed.filter(|_| s.armed).map(|c| c.mono + self.ttl)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Clock, ManualClock};
+    use std::sync::Arc;
+    use std::time::UNIX_EPOCH;
+
+    const TTL: Duration = Duration::from_secs(15);
+
+    fn fixture() -> (ManualClock, HeartbeatClock) {
+        let clock = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_000_000));
+        let hb = HeartbeatClock::new(Arc::new(clock.clone()), TTL);
+        (clock, hb)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_before_arm() {
+        let (clock, hb) = fixture();
+        clock.advance(TTL * 10);
+        hb.lost(LostCause::Gone);
+        assert_eq!(hb.check(), Ok(()));
+        assert_eq!(hb.deadline(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn window_starts_at_arm_not_at_the_join_write() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        hb.beat(); // the join write starts right after arm
+        clock.advance(TTL - Duration::from_millis(1));
+        hb.confirmed(); // a slow join, confirmed just inside the window
+        assert_eq!(hb.check(), Ok(()));
+        clock.advance(Duration::from_millis(2));
+        // The window counted from arm (= the join write's start), not from its confirmation.
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirmed_beats_keep_it_valid_and_failed_ones_do_not() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        for _ in 0..10 {
+            clock.advance(Duration::from_secs(5));
+            hb.beat();
+            hb.confirmed();
+            assert_eq!(hb.check(), Ok(()));
+        }
+        for _ in 0..3 {
+            hb.beat();
+            clock.advance(Duration::from_secs(5));
+            hb.failed();
+        }
+        assert_eq!(
+            hb.check(),
+            Ok(()),
+            "exactly TTL since the last confirmed start is not past it"
+        );
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_window_counts_from_the_start_of_the_confirmed_write() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        clock.advance(Duration::from_secs(5));
+        hb.beat();
+        clock.advance(Duration::from_secs(9)); // a slow write
+        hb.confirmed();
+        clock.advance(Duration::from_secs(10)); // 19 s after arm, 15 s + 4 s after the write began
+        assert!(
+            hb.check().is_err(),
+            "validity is measured from the write's start"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wall_jump_with_frozen_monotonic_is_a_suspend() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        hb.beat();
+        hb.confirmed();
+        clock.suspend(Duration::from_secs(60));
+        // The monotonic clock did not move: only the wall side can notice.
+        assert_eq!(hb.deadline().unwrap() - clock.now(), TTL);
+        assert_eq!(hb.check(), Err(FenceReason::SuspectWall));
+    }
+
+    /// A clock whose wall side is set by hand (to step it backwards, as NTP may).
+    struct SteppedWall(Mutex<SystemTime>);
+    impl crate::clock::Clock for SteppedWall {
+        fn now(&self) -> Instant {
+            Instant::now()
+        }
+        fn wall(&self) -> SystemTime {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wall_clock_stepping_backwards_is_not_suspicion() {
+        let wall = Arc::new(SteppedWall(Mutex::new(
+            UNIX_EPOCH + Duration::from_secs(1_000),
+        )));
+        let hb = HeartbeatClock::new(wall.clone(), TTL);
+        hb.arm();
+        *wall.0.lock().unwrap() = UNIX_EPOCH + Duration::from_secs(10);
+        assert_eq!(hb.check(), Ok(()));
+        // The monotonic side still judges.
+        tokio::time::sleep(TTL + Duration::from_millis(1)).await;
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latched_until_the_next_confirmed_write() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        clock.advance(TTL + Duration::from_secs(1));
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+        // Still latched even though nothing else happens.
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+        hb.beat();
+        assert_eq!(hb.confirmed(), Some(FenceReason::SuspectMonotonic));
+        assert_eq!(hb.check(), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_immediately_whatever_the_clocks_say() {
+        let (_clock, hb) = fixture();
+        hb.arm();
+        hb.lost(LostCause::HolderChanged {
+            holder: "other".into(),
+        });
+        assert_eq!(
+            hb.check(),
+            Err(FenceReason::Lost(LostCause::HolderChanged {
+                holder: "other".into()
+            }))
+        );
+        assert_eq!(hb.check().unwrap_err().as_str(), "lost");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn driven_by_tokio_time() {
+        let (_clock, hb) = fixture();
+        hb.arm();
+        tokio::time::sleep(TTL).await;
+        assert_eq!(hb.check(), Ok(()));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+    }
+}
