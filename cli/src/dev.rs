@@ -676,18 +676,35 @@ pub async fn workload(sockets: &[PathBuf], counters: u32, concurrency: usize) ->
     report
 }
 
-async fn wait_for_stop(hosts: &mut [DevHost]) -> Option<String> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return Some("cannot install signal handlers".into());
-    };
+/// SIGINT and SIGTERM, listened to from the start: the children run in process groups of their
+/// own, so a signal that killed `sigx` by default would orphan them.
+struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
+}
+
+/// Runs until a signal (`None`) or until a child exits on its own (`Some(what happened)`).
+async fn wait_for_stop(hosts: &mut [DevHost], signals: &mut Signals) -> Option<String> {
     loop {
         tokio::select! {
-            _ = int.recv() => return None,
-            _ = term.recv() => return None,
+            () = signals.recv() => return None,
             () = tokio::time::sleep(Duration::from_millis(500)) => {
                 for h in hosts.iter_mut() {
                     for p in [&mut h.sidecar, &mut h.app] {
@@ -756,6 +773,13 @@ async fn print_status(hosts: &[DevHost]) {
 }
 
 pub async fn up(args: UpArgs) -> ExitCode {
+    let mut signals = match Signals::install() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("sigx dev up: cannot install signal handlers: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
     let mut hosts = match start(&args).await {
         Ok(h) => h,
         Err(UpError::Usage(e)) => {
@@ -773,15 +797,27 @@ pub async fn up(args: UpArgs) -> ExitCode {
         args.dir.display(),
         args.dir.display()
     );
-    let mut code = ExitCode::SUCCESS;
-    if let Err(e) = wait_ready(&mut hosts, args.ready_timeout).await {
+    let code = run_cluster(&args, &mut hosts, &mut signals).await;
+    println!("stopping");
+    stop_all(&mut hosts).await;
+    let _ = std::fs::remove_file(args.dir.join("dev.pid"));
+    code
+}
+
+/// Everything between start and stop; whatever happens here, the caller stops the children.
+async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals) -> ExitCode {
+    let ready = tokio::select! {
+        r = wait_ready(hosts, args.ready_timeout) => r,
+        () = signals.recv() => {
+            println!("interrupted while starting");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    if let Err(e) = ready {
         eprintln!("sigx dev up: {e}");
-        println!("stopping");
-        stop_all(&mut hosts).await;
-        let _ = std::fs::remove_file(args.dir.join("dev.pid"));
         return ExitCode::from(EXIT_FAILED);
     }
-    for h in &hosts {
+    for h in hosts.iter() {
         println!(
             "host {}: {} socket {} health http://{}/readyz",
             h.index,
@@ -795,26 +831,30 @@ pub async fn up(args: UpArgs) -> ExitCode {
         hosts[0].socket.display()
     );
 
+    let mut code = ExitCode::SUCCESS;
     if args.workload > 0 {
         let sockets: Vec<PathBuf> = hosts.iter().map(|h| h.socket.clone()).collect();
-        let report = workload(&sockets, args.workload, args.concurrency).await;
+        let report = tokio::select! {
+            r = workload(&sockets, args.workload, args.concurrency) => r,
+            () = signals.recv() => {
+                println!("interrupted during the workload");
+                return ExitCode::from(EXIT_FAILED);
+            }
+        };
         print!("{}", report.render());
         if !report.passed() {
             code = ExitCode::from(EXIT_FAILED);
         }
     }
-    print_status(&hosts).await;
+    print_status(hosts).await;
 
     if !args.exit_after_workload {
         println!("running; Ctrl-C stops the cluster");
-        if let Some(problem) = wait_for_stop(&mut hosts).await {
+        if let Some(problem) = wait_for_stop(hosts, signals).await {
             eprintln!("sigx dev up: {problem}");
             code = ExitCode::from(EXIT_FAILED);
         }
     }
-    println!("stopping");
-    stop_all(&mut hosts).await;
-    let _ = std::fs::remove_file(args.dir.join("dev.pid"));
     code
 }
 

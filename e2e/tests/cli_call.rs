@@ -231,3 +231,48 @@ fn dev_up_runs_the_workload_checks_it_and_stops_cleanly() {
     assert_eq!(mode & 0o777, 0o600, "the generated secret is private");
     assert!(!dir.join("dev.pid").exists(), "released the directory");
 }
+
+#[test]
+fn dev_up_stops_every_child_cleanly_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let scratch = Scratch::new("devint");
+    let dir = scratch.path("d");
+    let mut child = Command::new(bin("sigx"))
+        .args(["dev", "up", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = String::new();
+    loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("sigx dev up ended early:\n{seen}"))
+            .unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with("running; Ctrl-C stops the cluster") {
+            break;
+        }
+    }
+    let ok = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    let rest = rest.join("\n");
+    assert!(status.success(), "{seen}{rest}");
+    assert!(rest.contains("sidecar 1 stopped"), "{rest}");
+    assert!(rest.contains("counter-app 1 stopped"), "{rest}");
+    let sidecar_log = std::fs::read_to_string(dir.join("host-1/sidecar.log")).unwrap();
+    assert!(
+        sidecar_log.contains("listeners-closed"),
+        "graceful stop:\n{sidecar_log}"
+    );
+    assert!(!dir.join("dev.pid").exists());
+}
