@@ -125,11 +125,18 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         pod.automount_service_account_token = Some(false);
     }
 
-    // App containers: the socket volume and SIGX_SOCKET.
+    // App containers: the socket volume, SIGX_SOCKET, and the declared types (the sidecar holds
+    // the app's registration to exactly these, so an app serving several types can register the
+    // subset its role declares).
+    let app_env = [
+        plain_env("SIGX_SOCKET", SOCKET_PATH),
+        plain_env("SIGX_ACTORS", &join(&role.spec.actors)),
+        plain_env("SIGX_WORKERS", &join(&role.spec.workers)),
+    ];
     for c in &mut pod.containers {
         let env = c.env.get_or_insert_with(Vec::new);
-        env.retain(|e| e.name != "SIGX_SOCKET");
-        env.push(plain_env("SIGX_SOCKET", SOCKET_PATH));
+        env.retain(|e| !app_env.iter().any(|a| a.name == e.name));
+        env.extend(app_env.iter().cloned());
         c.volume_mounts
             .get_or_insert_with(Vec::new)
             .push(socket_mount());
@@ -717,6 +724,10 @@ mod tests {
         assert!(SOCKET_PATH.starts_with(SOCKET_DIR));
         let helper = spec.containers.iter().find(|c| c.name == "helper").unwrap();
         assert_eq!(env_value(helper, "KEEP"), Some("me"), "user env is kept");
+        for c in &spec.containers {
+            assert_eq!(env_value(c, "SIGX_ACTORS"), Some("Counter"), "{}", c.name);
+            assert_eq!(env_value(c, "SIGX_WORKERS"), Some(""), "{}", c.name);
+        }
     }
 
     #[test]
