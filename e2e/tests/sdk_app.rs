@@ -424,3 +424,29 @@ async fn on_change_survives_a_panicking_callback_and_a_sidecar_restart() {
     wait_for(2).await;
     w.serving.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registration_the_sidecar_refuses_stops_serving_with_its_reason() {
+    let scratch = Scratch::new("refused");
+    let socket = scratch.path("s.sock");
+    // The role declares other types than the app registers: retrying would be refused forever.
+    let _sidecar = Sidecar::start(
+        &scratch,
+        &socket,
+        &["--actors", "Ledger", "--workers", "Echo"],
+    );
+    let client = Client::lazy(&socket);
+    let serving = app(Default::default()).spawn(&client);
+    let end = tokio::time::timeout(Duration::from_secs(10), serving.join())
+        .await
+        .expect("serving ends by itself");
+    match end {
+        Err(sigx_sdk::ServeError::Invalid(why)) => {
+            assert!(
+                why.contains("Ledger"),
+                "names what the role declares: {why}"
+            )
+        }
+        other => panic!("expected an invalid registration, got {other:?}"),
+    }
+}
