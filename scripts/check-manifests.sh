@@ -8,6 +8,7 @@
 #     fail kubernetes-validate, and a value of the wrong type must be refused by the chart's
 #     values.schema.json;
 #   - the chart's CRDs are the generated ones (modulo Helm labels/annotations);
+#   - the CRD schemas are structural (scripts/lib/structural.py);
 #   - the example CRs match the CRD schemas with strict field validation (scripts/lib/validate_crs.py);
 #   - the operator's ClusterRole covers the Lease Role it grants the sidecars.
 # Tools come from scripts/install-tools.sh (run here; it is idempotent).
@@ -104,6 +105,22 @@ for g in generated:
     assert by_name.get(name) == norm(g), f"{name}: chart CRD differs from crds/generated"
 PY
 
+check "CRD schemas are structural (what the API server demands of a CRD)" \
+    "${PYTHON}" scripts/lib/structural.py crds/generated/*.yaml
+broken_crd_refused() {
+    "${PYTHON}" - crds/generated/actorclusters.actors.sigx.dev.yaml "${OUT}/broken-crd.yaml" <<'PY'
+import sys, yaml
+crd = yaml.safe_load(open(sys.argv[1]))
+spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+del spec["properties"]["meshPort"]["type"]                       # an untyped field
+spec["properties"]["calls"]["anyOf"] = [{"type": "object"}]      # a type inside anyOf
+yaml.safe_dump(crd, open(sys.argv[2], "w"))
+PY
+    ! "${PYTHON}" scripts/lib/structural.py "${OUT}/broken-crd.yaml" >"${OUT}/structural.log" &&
+        grep -q "meshPort: type is missing" "${OUT}/structural.log" &&
+        grep -q "anyOf\[0\]: type is not allowed" "${OUT}/structural.log"
+}
+check "structural check refuses an untyped field and a typed anyOf (canary)" broken_crd_refused
 check "example CRs match the CRD schemas (strict fields, patterns, bounds)" \
     "${PYTHON}" scripts/lib/validate_crs.py crds/generated/*.yaml -- examples/k8s/*.yaml
 cat >"${OUT}/typo.yaml" <<'YAML'
