@@ -12,6 +12,7 @@ pub mod handle;
 pub mod heartbeat;
 pub mod memory;
 pub mod provider;
+pub mod sqlite;
 pub mod view;
 
 pub use coalesce::RefreshCoalescer;
@@ -23,6 +24,7 @@ pub use memory::{MemoryHub, MemoryProvider};
 pub use provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
 };
+pub use sqlite::{SqliteOpenError, SqliteOptions, SqliteProvider};
 pub use view::{MemberFilter, MembersMemo, MembershipView, ViewSource, members_memo};
 
 use std::time::Duration;
