@@ -12,7 +12,8 @@ use sigx_sidecar::directory::{
 };
 use sigx_sidecar::mesh::{MeshAuth, MeshClient, MeshClientConfig, TcpConnector};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Resident set size in bytes, from /proc/self/statm (Linux).
 fn rss_bytes() -> Option<u64> {

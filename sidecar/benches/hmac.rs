@@ -5,7 +5,7 @@
 
 use sigx_sidecar::mesh::MeshSecret;
 use std::hint::black_box;
-use std::time::Instant;
+use tokio::time::Instant;
 
 const PATH: &str = "/sigx.actors.v1.Mesh/Deliver";
 

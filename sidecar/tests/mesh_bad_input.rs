@@ -15,7 +15,7 @@ use sigx_sidecar::mesh::{
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
@@ -227,7 +227,7 @@ async fn a_replayed_old_timestamp_is_refused() {
     let s = Server::start().await;
     // A client whose requests are stamped two minutes ago: exactly what a captured and replayed
     // request looks like to the server.
-    let old = ManualClock::new(SystemTime::now() - Duration::from_secs(120));
+    let old = ManualClock::new(system().wall() - Duration::from_secs(120));
     let c = client_with("client", secret(), Arc::new(old), Arc::new(TcpConnector));
     let (kind, msg) = answered_kind(deliver(&c, &s, call("echo", "x")).await);
     assert_eq!(kind, ErrorKind::Unauthenticated);

@@ -62,7 +62,7 @@ impl Tasks {
 fn pending_partitions(inner: &Inner, view: &DirView) -> Vec<u32> {
     let mut pending = Vec::new();
     for p in 0..PARTITIONS {
-        if !view.owner(p).is_some_and(|o| o.id == inner.me) {
+        if view.owner(p).is_none_or(|o| o.id != inner.me) {
             continue;
         }
         let mut part = inner.part(p);
@@ -209,7 +209,7 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
     }
     let mut conflicts = 0u64;
     for &p in pending {
-        if !now_view.owner(p).is_some_and(|o| o.id == inner.me) {
+        if now_view.owner(p).is_none_or(|o| o.id != inner.me) {
             continue;
         }
         let mut part = inner.part(p);

@@ -9,10 +9,12 @@
 //!   directory RPCs to a [`DirectoryHandler`].
 //! * [`client`]: pooled channels per peer, signed calls with deadlines, and [`MeshCallError`],
 //!   which says whether a failed call ran.
+//! * [`tls`]: mutual TLS (rustls) as wrappers around any connector and listener.
 
 pub mod auth;
 pub mod client;
 pub mod server;
+pub mod tls;
 pub mod transport;
 
 pub use auth::{
@@ -20,4 +22,5 @@ pub use auth::{
 };
 pub use client::{MeshCallError, MeshClient, MeshClientConfig, PeerAddr};
 pub use server::{DeliverHandler, DirectoryHandler, MeshServerConfig, MeshService, serve};
+pub use tls::{MeshTls, MeshTlsConfig, TlsConnector, TlsError, TlsListener};
 pub use transport::{BoxedIo, Connector, Listener, TcpConnector, TcpMeshListener};
