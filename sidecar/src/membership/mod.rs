@@ -10,6 +10,7 @@ pub mod config;
 pub mod descriptor;
 pub mod handle;
 pub mod heartbeat;
+pub mod kubernetes;
 pub mod memory;
 pub mod provider;
 pub mod sqlite;
@@ -20,6 +21,7 @@ pub use config::{ExpiryCheck, MembershipConfig, MembershipConfigError, validate_
 pub use descriptor::{DescriptorError, HostDescriptor, HostStatus};
 pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};
 pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
+pub use kubernetes::{KubernetesConfigError, KubernetesOptions, KubernetesProvider};
 pub use memory::{MemoryHub, MemoryProvider};
 pub use provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,

@@ -1,0 +1,743 @@
+//! The Kubernetes provider: one `coordination.k8s.io/v1` Lease per host (DESIGN.md §3).
+//!
+//! * name = host id; labels `actors.sigx.dev/cluster` and `actors.sigx.dev/role`; the
+//!   descriptor as JSON in the `actors.sigx.dev/descriptor` annotation (and the exact TTL in
+//!   `actors.sigx.dev/lease-ttl-ms`, since `leaseDurationSeconds` is whole seconds);
+//!   `holderIdentity` = host id; `leaseDurationSeconds` = TTL rounded up; `renewTime` on every
+//!   write; an owner reference to the Pod when `POD_UID` is known, so the garbage collector
+//!   deletes the Lease with its Pod.
+//! * Renewal is a PUT carrying the `resourceVersion` we last wrote. A 409 re-reads the Lease:
+//!   gone or held by someone else is proof of loss (`lost()`); still ours, we retry with the
+//!   fresh version.
+//! * Peers list + watch the Leases by the cluster label (kube's `watcher`, which re-lists on
+//!   410 Gone); the engine judges expiry on its own monotonic clock since it last saw
+//!   `renewTime` change, confirms with a plain GET, and deletes with a `resourceVersion`
+//!   precondition.
+//!
+//! Watch fan-out: every host watches every Lease, so each renewal is delivered to all N hosts:
+//! N²/beat watch events per second across the fleet.
+
+use super::descriptor::HostDescriptor;
+use super::heartbeat::LostCause;
+use super::provider::{
+    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
+};
+use crate::clock::SharedClock;
+use async_trait::async_trait;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, Event};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+const KIND: &str = "kubernetes";
+/// Label naming the ActorCluster a Lease belongs to.
+pub const CLUSTER_LABEL: &str = "actors.sigx.dev/cluster";
+/// Label naming the ActorRole of the host.
+pub const ROLE_LABEL: &str = "actors.sigx.dev/role";
+/// Annotation holding the host descriptor as JSON.
+pub const DESCRIPTOR_ANNOTATION: &str = "actors.sigx.dev/descriptor";
+/// Annotation holding the exact lease TTL in milliseconds.
+pub const TTL_ANNOTATION: &str = "actors.sigx.dev/lease-ttl-ms";
+/// Local change-log entries kept; an older cursor reads the cache as a snapshot.
+const LOG_KEEP: usize = 4096;
+
+/// Where and as whom the host publishes its Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesOptions {
+    /// The namespace of the Leases (the pod's namespace, `POD_NAMESPACE`).
+    pub namespace: String,
+    /// The ActorCluster name (label `actors.sigx.dev/cluster`).
+    pub cluster: String,
+    /// The ActorRole name (label `actors.sigx.dev/role`).
+    pub role: String,
+    /// The pod name (`POD_NAME`): the owner of the Lease.
+    pub pod_name: String,
+    /// The pod UID (`POD_UID`); without it the Lease has no owner reference and outlives a
+    /// deleted pod until a peer expires it.
+    pub pod_uid: Option<String>,
+    /// Cap of the watch's reconnect backoff (default 2 s).
+    pub watch_backoff_max: Duration,
+}
+
+/// Kubernetes mode cannot start; reported before anything binds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubernetesConfigError {
+    /// A piece of pod identity the Lease needs is missing.
+    #[error(
+        "kubernetes membership needs the pod's {what}: set {var} from the downward API \
+         (fieldRef: {field})"
+    )]
+    MissingPodIdentity {
+        /// What is missing.
+        what: &'static str,
+        /// The environment variable that carries it.
+        var: &'static str,
+        /// The downward-API field to fill it from.
+        field: &'static str,
+    },
+    /// The cluster name is missing.
+    #[error("kubernetes membership needs the ActorCluster name (SIGX_CLUSTER)")]
+    MissingCluster,
+}
+
+impl KubernetesOptions {
+    /// Checks that every piece of identity is present.
+    pub fn validate(&self) -> Result<(), KubernetesConfigError> {
+        if self.pod_name.trim().is_empty() {
+            return Err(KubernetesConfigError::MissingPodIdentity {
+                what: "name",
+                var: "POD_NAME",
+                field: "metadata.name",
+            });
+        }
+        if self.namespace.trim().is_empty() {
+            return Err(KubernetesConfigError::MissingPodIdentity {
+                what: "namespace",
+                var: "POD_NAMESPACE",
+                field: "metadata.namespace",
+            });
+        }
+        if self.cluster.trim().is_empty() {
+            return Err(KubernetesConfigError::MissingCluster);
+        }
+        Ok(())
+    }
+
+    /// The label selector of this cluster's Leases.
+    pub fn selector(&self) -> String {
+        format!("{CLUSTER_LABEL}={}", self.cluster)
+    }
+}
+
+/// The watch's materialized Leases plus a local, ordered log of what changed.
+#[derive(Default)]
+struct Cache {
+    seq: u64,
+    records: BTreeMap<String, LeaseRecord>,
+    log: VecDeque<(u64, Change)>,
+    /// The seq of the last re-list: an older cursor must read a snapshot.
+    reset_at: u64,
+    synced: bool,
+}
+
+impl Cache {
+    fn push(&mut self, change: Change) {
+        self.seq += 1;
+        match &change {
+            Change::Upsert(r) => {
+                self.records.insert(r.id().to_string(), r.clone());
+            }
+            Change::Delete { id, .. } => {
+                self.records.remove(id);
+            }
+        }
+        self.log.push_back((self.seq, change));
+        while self.log.len() > LOG_KEEP {
+            self.log.pop_front();
+        }
+    }
+
+    fn reset(&mut self, records: BTreeMap<String, LeaseRecord>) {
+        self.seq += 1;
+        self.records = records;
+        self.log.clear();
+        self.reset_at = self.seq;
+        self.synced = true;
+    }
+
+    fn since(&self, cursor: Option<u64>) -> ChangeBatch {
+        let oldest = self.log.front().map(|(s, _)| *s).unwrap_or(self.seq + 1);
+        match cursor {
+            Some(c)
+                if c >= self.reset_at && c <= self.seq && (c + 1 >= oldest || c == self.seq) =>
+            {
+                ChangeBatch::Changes {
+                    changes: self
+                        .log
+                        .iter()
+                        .filter(|(s, _)| *s > c)
+                        .map(|(_, ch)| ch.clone())
+                        .collect(),
+                    cursor: self.seq,
+                }
+            }
+            _ => ChangeBatch::Snapshot {
+                records: self.records.values().cloned().collect(),
+                cursor: self.seq,
+            },
+        }
+    }
+}
+
+struct Shared {
+    cache: Mutex<Cache>,
+    notify: watch::Sender<u64>,
+    synced: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct Own {
+    resource_version: Option<String>,
+    ttl: Duration,
+    acquired: Option<Timestamp>,
+    last_renew: Option<Timestamp>,
+}
+
+/// One host's Lease, and its watch of the cluster's Leases.
+pub struct KubernetesProvider {
+    api: Api<Lease>,
+    opts: KubernetesOptions,
+    host_id: String,
+    clock: SharedClock,
+    own: Mutex<Own>,
+    shared: Arc<Shared>,
+    watcher: OnceLock<JoinHandle<()>>,
+}
+
+impl Drop for KubernetesProvider {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.get() {
+            w.abort();
+        }
+    }
+}
+
+fn unavailable(op: &'static str, e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Unavailable {
+        provider: KIND,
+        op,
+        detail: e.to_string(),
+    }
+}
+
+fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+fn malformed(id: &str, detail: impl Into<String>) -> ProviderError {
+    ProviderError::Malformed {
+        provider: KIND,
+        id: id.to_string(),
+        detail: detail.into(),
+    }
+}
+
+/// Reads a Lease as a lease record.
+pub fn record_of(lease: &Lease) -> Result<LeaseRecord, ProviderError> {
+    let id = lease.metadata.name.clone().unwrap_or_default();
+    let annotations = lease.metadata.annotations.as_ref();
+    let json = annotations
+        .and_then(|a| a.get(DESCRIPTOR_ANNOTATION))
+        .ok_or_else(|| malformed(&id, format!("no {DESCRIPTOR_ANNOTATION} annotation")))?;
+    let descriptor = HostDescriptor::from_json(json).map_err(|e| malformed(&id, e.to_string()))?;
+    if descriptor.id != id {
+        return Err(malformed(
+            &id,
+            format!("the descriptor names {:?}", descriptor.id),
+        ));
+    }
+    let spec = lease.spec.clone().unwrap_or_default();
+    let ttl = annotations
+        .and_then(|a| a.get(TTL_ANNOTATION))
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .or_else(|| {
+            spec.lease_duration_seconds
+                .map(|s| Duration::from_secs(s.max(0) as u64))
+        })
+        .unwrap_or(Duration::from_secs(15));
+    let version = lease
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default()
+        .parse::<u64>()
+        .map_err(|_| malformed(&id, "resourceVersion is not a number"))?;
+    Ok(LeaseRecord {
+        descriptor,
+        holder: spec.holder_identity.unwrap_or_default(),
+        renew: spec.renew_time.map(|t| t.0.to_string()).unwrap_or_default(),
+        ttl,
+        version,
+    })
+}
+
+/// A capped exponential backoff for the watch's reconnects (kube's default waits up to 30 s,
+/// far past a membership TTL).
+struct WatchBackoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        Some(d)
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = Duration::from_millis(50).min(self.max);
+    }
+}
+
+impl KubernetesProvider {
+    /// A provider for host `host_id` publishing under `opts`. Validates the options (named
+    /// errors before anything binds); the watch starts when the engine subscribes.
+    pub fn new(
+        client: kube::Client,
+        opts: KubernetesOptions,
+        host_id: impl Into<String>,
+        clock: SharedClock,
+    ) -> Result<Arc<Self>, KubernetesConfigError> {
+        opts.validate()?;
+        Ok(Arc::new(KubernetesProvider {
+            api: Api::namespaced(client, &opts.namespace),
+            opts,
+            host_id: host_id.into(),
+            clock,
+            own: Mutex::new(Own::default()),
+            shared: Arc::new(Shared {
+                cache: Mutex::new(Cache::default()),
+                notify: watch::channel(0).0,
+                synced: watch::channel(false).0,
+            }),
+            watcher: OnceLock::new(),
+        }))
+    }
+
+    /// The options.
+    pub fn options(&self) -> &KubernetesOptions {
+        &self.opts
+    }
+
+    /// A renewTime strictly after the last one we wrote (a wall clock stepped backwards must
+    /// not make a renewal look like no change).
+    fn renew_time(&self, own: &mut Own) -> Timestamp {
+        let wall = Timestamp::try_from(self.clock.wall()).unwrap_or(Timestamp::UNIX_EPOCH);
+        let t = match own.last_renew {
+            Some(last) if wall <= last => last
+                .checked_add(k8s_openapi::jiff::SignedDuration::from_micros(1))
+                .unwrap_or(wall),
+            _ => wall,
+        };
+        own.last_renew = Some(t);
+        t
+    }
+
+    fn lease(&self, descriptor: &HostDescriptor, own: &mut Own) -> Lease {
+        let renew = self.renew_time(own);
+        let acquired = *own.acquired.get_or_insert(renew);
+        let ttl_secs = own.ttl.as_millis().div_ceil(1000).max(1) as i32;
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(descriptor.id.clone()),
+                namespace: Some(self.opts.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (CLUSTER_LABEL.to_string(), self.opts.cluster.clone()),
+                    (ROLE_LABEL.to_string(), self.opts.role.clone()),
+                ])),
+                annotations: Some(BTreeMap::from([
+                    (DESCRIPTOR_ANNOTATION.to_string(), descriptor.to_json()),
+                    (TTL_ANNOTATION.to_string(), own.ttl.as_millis().to_string()),
+                ])),
+                owner_references: self.opts.pod_uid.as_ref().map(|uid| {
+                    vec![OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Pod".into(),
+                        name: self.opts.pod_name.clone(),
+                        uid: uid.clone(),
+                        controller: None,
+                        block_owner_deletion: None,
+                    }]
+                }),
+                resource_version: own.resource_version.clone(),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.host_id.clone()),
+                lease_duration_seconds: Some(ttl_secs),
+                acquire_time: Some(MicroTime(acquired)),
+                renew_time: Some(MicroTime(renew)),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn written(&self, lease: &Lease) -> Result<u64, ProviderError> {
+        let rv = lease.metadata.resource_version.clone().unwrap_or_default();
+        let version = rv
+            .parse::<u64>()
+            .map_err(|_| malformed(&self.host_id, "resourceVersion is not a number"))?;
+        self.own.lock().expect("own lock").resource_version = Some(rv);
+        Ok(version)
+    }
+
+    fn holder_of(lease: &Lease) -> String {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    }
+
+    fn start_watch(&self) {
+        let shared = self.shared.clone();
+        let api = self.api.clone();
+        let cfg = watcher::Config::default().labels(&self.opts.selector());
+        let max = self.opts.watch_backoff_max;
+        self.watcher.get_or_init(|| {
+            tokio::spawn(async move {
+                let backoff = WatchBackoff {
+                    next: Duration::from_millis(50).min(max),
+                    max,
+                };
+                let mut stream = watcher::watcher(api, cfg).backoff(backoff).boxed();
+                let mut relist: Option<BTreeMap<String, LeaseRecord>> = None;
+                while let Some(event) = stream.next().await {
+                    let decode = |lease: &Lease| match record_of(lease) {
+                        Ok(r) => Some(r),
+                        Err(e) => {
+                            warn!(error = %e, "ignoring a malformed Lease");
+                            None
+                        }
+                    };
+                    let mut cache = shared.cache.lock().expect("cache lock");
+                    match event {
+                        Ok(Event::Init) => relist = Some(BTreeMap::new()),
+                        Ok(Event::InitApply(lease)) => {
+                            if let (Some(map), Some(r)) = (relist.as_mut(), decode(&lease)) {
+                                map.insert(r.id().to_string(), r);
+                            }
+                        }
+                        Ok(Event::InitDone) => {
+                            cache.reset(relist.take().unwrap_or_default());
+                            shared.synced.send_replace(true);
+                        }
+                        Ok(Event::Apply(lease)) => {
+                            if let Some(r) = decode(&lease) {
+                                cache.push(Change::Upsert(r));
+                            }
+                        }
+                        Ok(Event::Delete(lease)) => {
+                            let id = lease.metadata.name.clone().unwrap_or_default();
+                            let version = lease
+                                .metadata
+                                .resource_version
+                                .as_deref()
+                                .and_then(|rv| rv.parse().ok())
+                                .unwrap_or(0);
+                            cache.push(Change::Delete { id, version });
+                        }
+                        Err(e) => {
+                            debug!(error = %e, "lease watch failed; it re-lists after a backoff");
+                            continue;
+                        }
+                    }
+                    let seq = cache.seq;
+                    drop(cache);
+                    shared.notify.send_replace(seq);
+                }
+            })
+        });
+    }
+}
+
+#[async_trait]
+impl MembershipProvider for KubernetesProvider {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
+        let pp = PostParams::default();
+        let lease = {
+            let mut own = self.own.lock().expect("own lock");
+            own.ttl = ttl;
+            own.resource_version = None;
+            own.acquired = None;
+            self.lease(descriptor, &mut own)
+        };
+        match self.api.create(&pp, &lease).await {
+            Ok(created) => return self.written(&created),
+            Err(e) if api_code(&e) == Some(409) => {}
+            Err(e) => return Err(unavailable("join", e)),
+        }
+        // It exists: take it over if we hold it (a worker-only host rejoining).
+        let existing = self
+            .api
+            .get_opt(&descriptor.id)
+            .await
+            .map_err(|e| unavailable("join", e))?;
+        let Some(existing) = existing else {
+            let created = self
+                .api
+                .create(&pp, &lease)
+                .await
+                .map_err(|e| unavailable("join", e))?;
+            return self.written(&created);
+        };
+        let holder = Self::holder_of(&existing);
+        if holder != self.host_id {
+            return Err(ProviderError::Conflict {
+                provider: KIND,
+                id: descriptor.id.clone(),
+                holder,
+            });
+        }
+        let lease = {
+            let mut own = self.own.lock().expect("own lock");
+            own.resource_version = existing.metadata.resource_version.clone();
+            self.lease(descriptor, &mut own)
+        };
+        let replaced = self
+            .api
+            .replace(&descriptor.id, &pp, &lease)
+            .await
+            .map_err(|e| unavailable("join", e))?;
+        self.written(&replaced)
+    }
+
+    async fn renew(&self, descriptor: &HostDescriptor) -> Result<u64, ProviderError> {
+        let pp = PostParams::default();
+        for _ in 0..3 {
+            let lease = self.lease(descriptor, &mut self.own.lock().expect("own lock"));
+            match self.api.replace(&descriptor.id, &pp, &lease).await {
+                Ok(written) => return self.written(&written),
+                Err(e) if api_code(&e) == Some(404) => {
+                    return Err(ProviderError::Lost {
+                        provider: KIND,
+                        cause: LostCause::Gone,
+                    });
+                }
+                Err(e) if api_code(&e) == Some(409) => {
+                    // Conflict: re-read. Gone or someone else's is proof of loss.
+                    let current = self
+                        .api
+                        .get_opt(&descriptor.id)
+                        .await
+                        .map_err(|e| unavailable("renew", e))?;
+                    match current {
+                        None => {
+                            return Err(ProviderError::Lost {
+                                provider: KIND,
+                                cause: LostCause::Gone,
+                            });
+                        }
+                        Some(l) if Self::holder_of(&l) != self.host_id => {
+                            return Err(ProviderError::Lost {
+                                provider: KIND,
+                                cause: LostCause::HolderChanged {
+                                    holder: Self::holder_of(&l),
+                                },
+                            });
+                        }
+                        Some(l) => {
+                            // Still ours (someone touched labels, say): retry on its version.
+                            self.own.lock().expect("own lock").resource_version =
+                                l.metadata.resource_version.clone();
+                        }
+                    }
+                }
+                Err(e) => return Err(unavailable("renew", e)),
+            }
+        }
+        Err(unavailable(
+            "renew",
+            "conflicting writes kept racing our renewal",
+        ))
+    }
+
+    async fn withdraw(&self) -> Result<(), ProviderError> {
+        for _ in 0..3 {
+            let rv = self.own.lock().expect("own lock").resource_version.clone();
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: rv,
+                    uid: None,
+                }),
+                ..Default::default()
+            };
+            match self.api.delete(&self.host_id, &dp).await {
+                Ok(_) => return Ok(()),
+                Err(e) if api_code(&e) == Some(404) => return Ok(()),
+                Err(e) if api_code(&e) == Some(409) => {
+                    match self
+                        .api
+                        .get_opt(&self.host_id)
+                        .await
+                        .map_err(|e| unavailable("withdraw", e))?
+                    {
+                        Some(l) if Self::holder_of(&l) == self.host_id => {
+                            self.own.lock().expect("own lock").resource_version =
+                                l.metadata.resource_version.clone();
+                        }
+                        // Gone, or not ours any more: nothing of ours to withdraw.
+                        _ => return Ok(()),
+                    }
+                }
+                Err(e) => return Err(unavailable("withdraw", e)),
+            }
+        }
+        Err(unavailable(
+            "withdraw",
+            "conflicting writes kept racing the delete",
+        ))
+    }
+
+    async fn changes_since(&self, cursor: Option<u64>) -> Result<ChangeBatch, ProviderError> {
+        self.start_watch();
+        let mut synced = self.shared.synced.subscribe();
+        if !*synced.borrow_and_update() {
+            // The first view waits for the watch's initial list.
+            tokio::time::timeout(Duration::from_secs(10), synced.wait_for(|s| *s))
+                .await
+                .map_err(|_| unavailable("read changes", "the Lease watch has not synced in 10 s"))?
+                .map_err(|e| unavailable("read changes", e))?;
+        }
+        Ok(self.shared.cache.lock().expect("cache lock").since(cursor))
+    }
+
+    fn notifications(&self) -> watch::Receiver<u64> {
+        self.start_watch();
+        self.shared.notify.subscribe()
+    }
+
+    async fn read(&self, id: &str) -> Result<Option<LeaseRecord>, ProviderError> {
+        // A GET without resourceVersion is a quorum read: linearizable.
+        match self.api.get_opt(id).await {
+            Ok(Some(lease)) => record_of(&lease).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(unavailable("read", e)),
+        }
+    }
+
+    async fn delete_if(&self, id: &str, version: u64) -> Result<DeleteOutcome, ProviderError> {
+        let dp = DeleteParams {
+            preconditions: Some(Preconditions {
+                resource_version: Some(version.to_string()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        match self.api.delete(id, &dp).await {
+            Ok(_) => Ok(DeleteOutcome::Deleted),
+            Err(e) if api_code(&e) == Some(404) => Ok(DeleteOutcome::Gone),
+            Err(e) if api_code(&e) == Some(409) => Ok(DeleteOutcome::Changed),
+            Err(e) => Err(unavailable("delete", e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> KubernetesOptions {
+        KubernetesOptions {
+            namespace: "default".into(),
+            cluster: "demo".into(),
+            role: "engine".into(),
+            pod_name: "engine-0".into(),
+            pod_uid: Some("uid-1".into()),
+            watch_backoff_max: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn missing_pod_identity_is_a_named_error() {
+        assert_eq!(opts().validate(), Ok(()));
+        let err = KubernetesOptions {
+            pod_name: " ".into(),
+            ..opts()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            KubernetesConfigError::MissingPodIdentity {
+                var: "POD_NAME",
+                ..
+            }
+        ));
+        assert!(err.to_string().contains("metadata.name"), "{err}");
+        let err = KubernetesOptions {
+            namespace: String::new(),
+            ..opts()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(err.to_string().contains("POD_NAMESPACE"), "{err}");
+    }
+
+    #[test]
+    fn a_lease_reads_back_as_the_record_it_was_written_from() {
+        let d = HostDescriptor::new("engine-0-ab12", "10.0.0.7:7400", None, None);
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(d.id.clone()),
+                resource_version: Some("42".into()),
+                annotations: Some(BTreeMap::from([(
+                    DESCRIPTOR_ANNOTATION.to_string(),
+                    d.to_json(),
+                )])),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(d.id.clone()),
+                lease_duration_seconds: Some(2),
+                renew_time: Some(MicroTime(Timestamp::from_millisecond(1_000).unwrap())),
+                ..Default::default()
+            }),
+        };
+        let r = record_of(&lease).unwrap();
+        assert_eq!(r.descriptor, d);
+        assert_eq!((r.version, r.ttl), (42, Duration::from_secs(2)));
+        assert_eq!(r.holder, d.id);
+        lease
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(TTL_ANNOTATION.into(), "1500".into());
+        assert_eq!(record_of(&lease).unwrap().ttl, Duration::from_millis(1500));
+        lease.metadata.annotations = None;
+        assert!(matches!(
+            record_of(&lease),
+            Err(ProviderError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn an_old_cursor_reads_a_snapshot() {
+        let mut c = Cache::default();
+        c.reset(BTreeMap::new());
+        let at = c.seq;
+        c.push(Change::Delete {
+            id: "x".into(),
+            version: 3,
+        });
+        assert!(
+            matches!(c.since(Some(at)), ChangeBatch::Changes { ref changes, .. } if changes.len() == 1)
+        );
+        c.reset(BTreeMap::new());
+        assert!(matches!(c.since(Some(at)), ChangeBatch::Snapshot { .. }));
+        assert!(matches!(c.since(None), ChangeBatch::Snapshot { .. }));
+    }
+}
