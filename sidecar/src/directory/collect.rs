@@ -243,6 +243,7 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
         part.table.clear();
         for ((ty, key), holders) in reports {
             let (host, act) = &holders[0];
+            let host = inner.host_number(host);
             // Every reporter is in the agreed view by construction (it answered under the same
             // fingerprint), so nothing here names a host absent from it.
             part.table
@@ -304,13 +305,23 @@ fn on_view_change(inner: &Inner, before: &DirView, after: &DirView) {
         if !i_hold_partitions {
             continue;
         }
+        let Some(number) = inner
+            .hosts
+            .read()
+            .expect("host interner lock")
+            .find(&host.id)
+        else {
+            // No entry ever named it here.
+            inner.counters.host_sweeps.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
         let mut swept = 0u64;
         for p in 0..PARTITIONS {
             let mut part = inner.part(p);
             if part.table.is_empty() {
                 continue;
             }
-            swept += part.table.retain(|e| *e.host != host.id) as u64;
+            swept += part.table.retain(|e| e.host != number) as u64;
         }
         inner.counters.host_sweeps.fetch_add(1, Ordering::Relaxed);
         inner

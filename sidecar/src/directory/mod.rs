@@ -43,9 +43,9 @@ use sigx_proto::v1::{
 use std::collections::HashMap;
 use std::hash::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
-use table::EntryTable;
+use table::{EntryTable, HostInterner};
 use tokio::sync::Notify;
 
 /// The longest actor type name accepted (wire contract: `ActorRef.actor_type`).
@@ -188,6 +188,8 @@ pub(crate) struct Inner {
     mesh: Arc<MeshClient>,
     parts: Box<[Mutex<Partition>]>,
     hasher: RandomState,
+    /// Host ids of entries. Lock order: a partition lock, then this.
+    hosts: RwLock<HostInterner>,
     counters: Counters,
     config: DirectoryConfig,
     kick: Notify,
@@ -262,6 +264,21 @@ impl Inner {
         self.parts[p as usize].lock().expect("partition lock")
     }
 
+    fn host_name(&self, i: u32) -> Arc<str> {
+        self.hosts
+            .read()
+            .expect("host interner lock")
+            .name(i)
+            .clone()
+    }
+
+    fn host_number(&self, id: &Arc<str>) -> u32 {
+        if let Some(i) = self.hosts.read().expect("host interner lock").find(id) {
+            return i;
+        }
+        self.hosts.write().expect("host interner lock").intern(id)
+    }
+
     fn retry_after_ms(&self) -> u64 {
         self.config.retry_after.as_millis() as u64
     }
@@ -322,7 +339,7 @@ impl Inner {
         let found = part
             .table
             .get(&self.hasher, &actor.actor_type, &actor.key)
-            .map(|e| (e.host.clone(), e.activation.to_owned()));
+            .map(|e| (self.host_name(e.host), e.activation.to_owned()));
         let entry = match found {
             // Lazy eviction (Rule 3): the entry's host left this owner's view. An owner only ever
             // admits entries for hosts in its view, and views only move forward, so absence
@@ -375,7 +392,7 @@ impl Inner {
         let existing = part
             .table
             .get(&self.hasher, &actor.actor_type, &actor.key)
-            .map(|x| (x.host.clone(), x.activation.to_owned()));
+            .map(|x| (self.host_name(x.host), x.activation.to_owned()));
         let winner = match existing {
             Some((host, act)) if view.get(&host).is_some() => {
                 entry_proto(&actor.actor_type, &actor.key, &host, &act)
@@ -384,11 +401,12 @@ impl Inner {
                 if stale.is_some() {
                     self.counters.lazy_evictions.fetch_add(1, Ordering::Relaxed);
                 }
+                let host = self.host_number(&requester);
                 part.table.insert(
                     &self.hasher,
                     &actor.actor_type,
                     &actor.key,
-                    requester,
+                    host,
                     &e.activation_id,
                 );
                 e.clone()
@@ -421,11 +439,17 @@ impl Inner {
                 retry_after_ms,
             });
         }
-        let removed = part
-            .table
-            .remove_if(&self.hasher, &actor.actor_type, &actor.key, |x| {
-                **x.host == *e.host_id && x.activation == e.activation_id
-            });
+        let host = self
+            .hosts
+            .read()
+            .expect("host interner lock")
+            .find(&e.host_id);
+        let removed = host.is_some_and(|host| {
+            part.table
+                .remove_if(&self.hasher, &actor.actor_type, &actor.key, |x| {
+                    x.host == host && x.activation == e.activation_id
+                })
+        });
         Ok(UnregisterResponse {
             status: DirectoryStatus::Ok as i32,
             removed,
@@ -481,9 +505,11 @@ impl Inner {
             // Entries held as a former owner, except those naming this host (its live set above
             // is the truth about itself). The requester treats them as hints only: every host
             // that can hold a claim answers for itself in the same round.
+            let me = self.host_number(&self.me);
             for x in part.table.iter() {
-                if **x.host != *self.me {
-                    entries.push(entry_proto(x.actor_type, x.key, x.host, x.activation));
+                if x.host != me {
+                    let host = self.host_name(x.host);
+                    entries.push(entry_proto(x.actor_type, x.key, &host, x.activation));
                 }
             }
             part.table.clear();
@@ -545,6 +571,7 @@ impl Directory {
                 .map(|_| Mutex::new(Partition::new()))
                 .collect(),
             hasher: RandomState::new(),
+            hosts: RwLock::new(HostInterner::default()),
             counters: Counters::default(),
             config,
             kick: Notify::new(),
@@ -789,8 +816,8 @@ mod tests {
         {
             let p = partition("T", "gone");
             let mut part = d.inner.part(p);
-            part.table
-                .insert(&d.inner.hasher, "T", "gone", Arc::from("c"), "act-c");
+            let c = d.inner.host_number(&Arc::from("c"));
+            part.table.insert(&d.inner.hasher, "T", "gone", c, "act-c");
         }
         let lookup = |key: &str| {
             DirectoryHandler::lookup(
@@ -822,10 +849,11 @@ mod tests {
         let after = DirView::new(11, vec![peer("a", PeerStatus::Active)]);
         for (k, h) in [("k1", "c"), ("k2", "c"), ("k3", "g"), ("k4", "a")] {
             let p = partition("T", k);
+            let h = d.inner.host_number(&Arc::from(h));
             d.inner
                 .part(p)
                 .table
-                .insert(&d.inner.hasher, "T", k, Arc::from(h), "1");
+                .insert(&d.inner.hasher, "T", k, h, "1");
         }
         collect::on_view_change_for_test(&d.inner, &before, &after);
         let c = d.counters();
