@@ -64,3 +64,57 @@ mod tests {
         assert_eq!(b.failed("a"), Duration::from_millis(100));
     }
 }
+
+/// Backoff of the operator's watches after an error: exponential from `base` to `max`.
+///
+/// kube-runtime puts one backoff around *all* trigger watches of a controller, so after an
+/// outage every stale error that drains from a watch stretches the pause of all of them; the
+/// cap bounds how long the operator can stay deaf after the API comes back. The default
+/// (0.8 s to 30 s) follows client-go.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    base: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl WatchBackoff {
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            next: base,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let now = self.next;
+        self.next = self.next.saturating_mul(2).min(self.max);
+        Some(now.min(self.max))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = self.base;
+    }
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use super::*;
+    use kube::runtime::utils::Backoff as _;
+
+    #[test]
+    fn watch_backoff_doubles_caps_and_resets() {
+        let mut b = WatchBackoff::new(Duration::from_millis(100), Duration::from_millis(300));
+        let got: Vec<_> = (&mut b).take(4).collect();
+        assert_eq!(got, [100, 200, 300, 300].map(Duration::from_millis));
+        b.reset();
+        assert_eq!(b.next(), Some(Duration::from_millis(100)));
+    }
+}

@@ -98,6 +98,7 @@ impl Cli {
             debounce: Duration::from_millis(self.debounce_ms),
             backoff_base: Duration::from_millis(self.backoff_base_ms),
             backoff_max: Duration::from_secs(self.backoff_max_seconds),
+            watch_backoff: (Duration::from_millis(800), Duration::from_secs(30)),
             leader: (!self.no_leader_election).then(|| LeaderSettings {
                 lease_name: self.lease_name.clone(),
                 lease_namespace: self.lease_namespace.clone(),

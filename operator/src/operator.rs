@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tracing::warn;
 
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, WatchBackoff};
 use crate::controller::{self as ctl, Context};
 use crate::error::ReconcileError;
 use crate::fleet::RenewTracker;
@@ -43,6 +43,8 @@ pub struct Settings {
     /// First retry delay after a failed reconciliation; doubles per failure of that object.
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// Backoff of the watches after an error (first delay, cap).
+    pub watch_backoff: (Duration, Duration),
     /// Leader election; None runs the controllers unconditionally (one replica only).
     pub leader: Option<LeaderSettings>,
 }
@@ -57,6 +59,7 @@ impl Settings {
             debounce: Duration::from_millis(200),
             backoff_base: Duration::from_millis(500),
             backoff_max: Duration::from_secs(300),
+            watch_backoff: (Duration::from_millis(800), Duration::from_secs(30)),
             leader: None,
         }
     }
@@ -166,18 +169,21 @@ impl Operator {
         let (cluster_tx, cluster_rx) = mpsc::unbounded_channel();
         let (role_tx, role_rx) = mpsc::unbounded_channel();
         let renewals = Arc::new(RenewTracker::default());
+        let (base, max) = self.settings.watch_backoff;
         let leases = ctl::track_leases(
             self.api::<Lease>(),
             lease_writer,
             renewals.clone(),
             cluster_tx,
             role_tx,
+            WatchBackoff::new(base, max),
         );
 
         let roles = Controller::new(self.api::<ActorRole>(), watcher::Config::default())
             .owns(self.api::<Deployment>(), managed.clone())
             .owns(self.api::<PodDisruptionBudget>(), managed.clone())
             .reconcile_on(UnboundedReceiverStream::new(role_rx))
+            .trigger_backoff(WatchBackoff::new(base, max))
             .with_config(config.clone());
         let role_store = roles.store();
         let roles_by_cluster = role_store.clone();
@@ -210,6 +216,7 @@ impl Operator {
                 },
             )
             .reconcile_on(UnboundedReceiverStream::new(cluster_rx))
+            .trigger_backoff(WatchBackoff::new(base, max))
             .with_config(config);
 
         let ctx = Arc::new(Context {

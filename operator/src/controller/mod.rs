@@ -183,10 +183,11 @@ pub(crate) async fn track_leases(
     renewals: Arc<RenewTracker>,
     clusters: mpsc::UnboundedSender<ObjectRef<ActorCluster>>,
     roles: mpsc::UnboundedSender<ObjectRef<ActorRole>>,
+    backoff: crate::backoff::WatchBackoff,
 ) {
     let mut last: HashMap<(String, String), Fingerprint> = HashMap::new();
     let config = watcher::Config::default().labels(labels::CLUSTER);
-    let mut events = reflector(writer, watcher(api, config).default_backoff()).boxed();
+    let mut events = reflector(writer, watcher(api, config).backoff(backoff)).boxed();
     let notify = |lease: &Lease| {
         let (c, r) = refs(lease);
         if let Some(c) = c {
