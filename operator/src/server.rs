@@ -72,3 +72,50 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, leading: watch:
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn serves_metrics_and_health() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        metrics
+            .reconciles
+            .get_or_create(&crate::metrics::KindLabel {
+                kind: "ActorCluster",
+            })
+            .inc();
+        let (leading_tx, leading) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, metrics, leading));
+
+        let m = get(addr, "/metrics").await;
+        assert!(m.starts_with("HTTP/1.1 200"), "{m}");
+        assert!(
+            m.contains("sigx_operator_reconciles_total{kind=\"ActorCluster\"} 1"),
+            "{m}"
+        );
+        assert!(m.contains("sigx_operator_leader 0"), "{m}");
+        assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200"));
+        assert!(get(addr, "/readyz").await.contains("standby"));
+        leading_tx.send_replace(true);
+        assert!(get(addr, "/readyz").await.contains("leader"));
+        assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        server.abort();
+    }
+}
