@@ -24,6 +24,36 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// for a sidecar that stopped answering, so it must not win the race.
 const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
 
+/// Reads a failed RPC to the local sidecar. A status with a sigx error detail is decoded as is.
+/// A transport failure whose cause is that the socket could not be dialed (no such file, nobody
+/// listening) is `unreachable`: the request never left this process, so the call did not run.
+/// Anything else without a detail goes through [`ActorError::from_status`], which reads a broken
+/// connection as `outcome-unknown`.
+fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
+    use std::error::Error as _;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
+    if status.details().is_empty() {
+        while let Some(e) = cause {
+            if let Some(io) = e.downcast_ref::<std::io::Error>()
+                && matches!(
+                    io.kind(),
+                    std::io::ErrorKind::NotFound
+                        | std::io::ErrorKind::ConnectionRefused
+                        | std::io::ErrorKind::PermissionDenied
+                )
+            {
+                return ActorError::unreachable(format!(
+                    "cannot dial the sidecar at {}: {io} (is it running, and does SIGX_SOCKET \
+                     name its socket?)",
+                    socket.display()
+                ));
+            }
+            cause = e.source();
+        }
+    }
+    ActorError::from_status(status)
+}
+
 /// A handle on the local sidecar's app API: call actors and workers, list members, read status.
 ///
 /// Cheap to clone (one shared HTTP/2 connection). The connection is made on first use and again
@@ -140,7 +170,7 @@ impl Client {
         let mut inner = self.inner.clone();
         match inner.call(request).await {
             Ok(response) => Ok(response.into_inner().payload),
-            Err(status) => Err(ActorError::from_status(&status)),
+            Err(status) => Err(read_status(&status, &self.socket)),
         }
     }
 
@@ -181,7 +211,7 @@ impl Client {
             .members(self.request(filter.to_proto()))
             .await
             .map(|r| Members::from_proto(r.into_inner()))
-            .map_err(|s| ActorError::from_status(&s))
+            .map_err(|s| read_status(&s, &self.socket))
     }
 
     /// The membership view now, then again on every change the sidecar observes. The stream
@@ -192,14 +222,15 @@ impl Client {
         filter: &MemberFilter,
     ) -> Result<impl Stream<Item = Result<Members, ActorError>> + Send + 'static, ActorError> {
         let mut inner = self.inner.clone();
+        let socket = self.socket.clone();
         let stream = inner
             .watch_members(tonic::Request::new(filter.to_proto()))
             .await
-            .map_err(|s| ActorError::from_status(&s))?
+            .map_err(|s| read_status(&s, &socket))?
             .into_inner();
-        Ok(stream.map(|item| {
+        Ok(stream.map(move |item| {
             item.map(Members::from_proto)
-                .map_err(|s| ActorError::from_status(&s))
+                .map_err(|s| read_status(&s, &socket))
         }))
     }
 
@@ -284,7 +315,7 @@ impl Client {
         let mut inner = self.inner.clone();
         match inner.dispatch_on(request).await {
             Ok(response) => Ok(response.into_inner().payload),
-            Err(status) => Err(ActorError::from_status(&status)),
+            Err(status) => Err(read_status(&status, &self.socket)),
         }
     }
 
@@ -295,7 +326,7 @@ impl Client {
             .status(self.request(v1::StatusRequest {}))
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|s| ActorError::from_status(&s))
+            .map_err(|s| read_status(&s, &self.socket))
     }
 
     /// The raw generated client, for RPCs this SDK does not wrap.
