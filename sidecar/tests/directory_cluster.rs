@@ -14,8 +14,8 @@ use sigx_sidecar::directory::{
     ProtocolFaults, ViewCell, partition,
 };
 use sigx_sidecar::mesh::{
-    DeliverHandler, MeshAuth, MeshClient, MeshClientConfig, MeshServerConfig, MeshService,
-    TcpConnector, TcpMeshListener, Verifier, serve,
+    BoxedIo, Connector, DeliverHandler, MeshAuth, MeshClient, MeshClientConfig, MeshServerConfig,
+    MeshService, TcpConnector, TcpMeshListener, Verifier, serve,
 };
 use sigx_sidecar::runtime::{ActivationGate, ActorId};
 use std::collections::HashMap;
@@ -63,6 +63,20 @@ fn auth() -> MeshAuth {
 impl Cluster {
     /// Starts `n` hosts named `h0..`, all seeing `initial(addrs)`.
     async fn start(n: usize, faults: ProtocolFaults, claim_timeout: Duration) -> Cluster {
+        Cluster::start_custom(n, faults, claim_timeout, |_, _| {
+            (Arc::new(TcpConnector), Duration::from_millis(500))
+        })
+        .await
+    }
+
+    /// Like `start`, with each host's connector and directory RPC timeout chosen by `custom`
+    /// (given the host's index and every host's address).
+    async fn start_custom(
+        n: usize,
+        faults: ProtocolFaults,
+        claim_timeout: Duration,
+        custom: impl Fn(usize, &[String]) -> (Arc<dyn Connector>, Duration),
+    ) -> Cluster {
         let mut listeners = Vec::new();
         for _ in 0..n {
             let l = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
@@ -77,12 +91,13 @@ impl Cluster {
         let mut hosts = Vec::new();
         for (i, listener) in listeners.into_iter().enumerate() {
             let id = format!("h{i}");
+            let (connector, rpc_timeout) = custom(i, &addrs);
             let cell = Arc::new(ViewCell::new(id.as_str(), DirView::empty(), || Ok(())));
             let mesh = Arc::new(MeshClient::new(
                 id.as_str(),
                 auth(),
                 system(),
-                Arc::new(TcpConnector),
+                connector,
                 MeshClientConfig {
                     connect_timeout: Duration::from_millis(300),
                     ..Default::default()
@@ -92,7 +107,7 @@ impl Cluster {
                 cell.clone(),
                 mesh,
                 DirectoryConfig {
-                    rpc_timeout: Duration::from_millis(500),
+                    rpc_timeout,
                     collect_retry: Duration::from_millis(20),
                     claim_timeout,
                     release_timeout: Duration::from_secs(2),
@@ -385,7 +400,7 @@ async fn split_view_winners(faults: ProtocolFaults) -> usize {
     c.until_ready(&[0, 1]).await;
     c.publish(2, &v2, &[2]);
     // Give h2's collector time to try (and, when broken, h1 time to re-collect under V1).
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + Duration::from_millis(1500);
     while Instant::now() < deadline {
         if c.hosts[2].dir.is_ready(p) && c.hosts[1].dir.is_ready(p) {
             break;
@@ -415,5 +430,195 @@ async fn the_check_catches_collect_answered_across_fingerprints() {
         split_view_winners(broken).await,
         2,
         "answering Collect under a different view must let two hosts win one actor"
+    );
+}
+
+/// Dials `held` through a relay whose answers (server to client bytes) wait while the gate is
+/// closed: a Register's grant can be kept in flight while the cluster moves on.
+struct HoldAnswers {
+    held: String,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl Connector for HoldAnswers {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        let upstream = tokio::net::TcpStream::connect(addr).await?;
+        upstream.set_nodelay(true)?;
+        if addr != self.held {
+            return Ok(Box::new(upstream));
+        }
+        let (mine, theirs) = tokio::io::duplex(256 * 1024);
+        let (mut up_r, mut up_w) = upstream.into_split();
+        let (mut th_r, mut th_w) = tokio::io::split(theirs);
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
+        });
+        let mut open = self.open.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match up_r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if open.wait_for(|o| *o).await.is_err() {
+                    return;
+                }
+                if th_w.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Box::new(mine))
+    }
+}
+
+/// Rule 1's term re-check, end to end. Host a's `Register` of X is granted by the owner o, but
+/// the grant is held on the wire. Meanwhile n becomes active and owns X's partition, collects
+/// it (a does not report X: its claim has not finished), and b claims X at n. Then n expires,
+/// o owns the partition again and re-collects it (b reports X). Only now does o's old grant
+/// reach a. The owner is the same as when a sent its Register — only a's term for the
+/// partition shows that someone collected it in between.
+async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
+    let (a, o, n, b, m) = (0, 1, 2, 3, 4);
+    let (gate_tx, gate_rx) = tokio::sync::watch::channel(true);
+    let mut c = Cluster::start_custom(5, faults, Duration::from_secs(20), |i, addrs| {
+        if i == a {
+            let c: Arc<dyn Connector> = Arc::new(HoldAnswers {
+                held: addrs[o].clone(),
+                open: gate_rx.clone(),
+            });
+            // Long enough that a waits for the held grant instead of asking again.
+            (c, Duration::from_secs(30))
+        } else {
+            (Arc::new(TcpConnector), Duration::from_millis(500))
+        }
+    })
+    .await;
+    let f1 = vec![
+        (a, PeerStatus::Active),
+        (o, PeerStatus::Active),
+        (b, PeerStatus::Active),
+        (n, PeerStatus::Joining),
+        (m, PeerStatus::Joining),
+    ];
+    let mut f2 = c.all_active(&[a, o, b, n]);
+    f2.push((m, PeerStatus::Joining));
+    let mut f3 = c.all_active(&[a, o, b]);
+    f3.push((m, PeerStatus::Joining));
+    let f4 = c.all_active(&[a, o, b, m]);
+    let (v1, v2, v4) = (c.view(1, &f1), c.view(2, &f2), c.view(4, &f4));
+    let key = (0..)
+        .map(|i| format!("held-{i}"))
+        .find(|k| {
+            let p = partition("Counter", k);
+            v1.owner(p).is_some_and(|h| *h.id == *c.hosts[o].id)
+                && v2.owner(p).is_some_and(|h| *h.id == *c.hosts[n].id)
+                && v4.owner(p).is_some_and(|h| *h.id == *c.hosts[m].id)
+        })
+        .unwrap();
+    let p = partition("Counter", &key);
+    let x = ActorId::new("Counter", key.as_str());
+    c.publish(1, &f1, &[a, o, b, n, m]);
+    c.until_ready(&[a, o, b]).await;
+
+    // 1. a claims X; o grants; the grant is held.
+    gate_tx.send_replace(false);
+    let claim_a = {
+        let gate = c.hosts[a].gate.clone();
+        let x = x.clone();
+        tokio::spawn(async move { gate.claim(&x, "on-a").await })
+    };
+    let o_dir = c.hosts[o].dir.clone();
+    let granted = async {
+        loop {
+            let at_o = o_dir
+                .lookup(&x, Instant::now() + Duration::from_secs(1))
+                .await;
+            if matches!(at_o, Ok(Some(ref l)) if l.activation_id == "on-a") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), granted)
+        .await
+        .expect("o granted X to a");
+
+    // 2. n becomes active and collects X's partition; b claims X at n.
+    c.publish(2, &f2, &[a, o, b, n, m]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.hosts[n].dir.is_ready(p) {
+        assert!(Instant::now() < deadline, "n never became ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    c.hosts[b]
+        .gate
+        .claim(&x, "on-b")
+        .await
+        .expect("b wins X at n");
+
+    // 3. n expires; o owns the partition again and re-collects it.
+    c.hosts[n].kill();
+    c.publish(3, &f3, &[a, o, b, m]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !c.hosts[o].dir.is_ready(p) {
+        assert!(Instant::now() < deadline, "o never became ready again");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // 4. The old grant finally reaches a.
+    gate_tx.send_replace(true);
+    let a_won = tokio::time::timeout(Duration::from_secs(20), claim_a)
+        .await
+        .expect("a's claim ends")
+        .unwrap();
+    if let Err(e) = &a_won {
+        assert_eq!(e.kind, ErrorKind::WrongHost, "{e}");
+        assert_eq!(e.owner_hint.as_deref(), Some(c.hosts[b].id.as_str()));
+    }
+    // 5. m becomes active and owns X's partition: its collection hears every live activation
+    //    of X. Two of them is the bug signal: counted, and the partition stays recovering.
+    c.publish(4, &f4, &[a, o, b, m]);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline
+        && !c.hosts[m].dir.is_ready(p)
+        && c.hosts[m].dir.counters().conflicting_reports == 0
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let m_counters = c.hosts[m].dir.counters();
+    assert_eq!(
+        c.hosts[m].dir.is_ready(p),
+        m_counters.conflicting_reports == 0,
+        "a partition with conflicting reports must not become ready: {m_counters:?}"
+    );
+    let winners = 1 + usize::from(a_won.is_ok());
+    (winners, m_counters.conflicting_reports)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_overtaken_by_a_collection_is_not_used() {
+    let (winners, conflicts) = held_grant_winners(ProtocolFaults::default()).await;
+    assert_eq!(winners, 1);
+    assert_eq!(conflicts, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_catches_a_skipped_term_recheck() {
+    let broken = ProtocolFaults {
+        skip_term_recheck: true,
+        ..Default::default()
+    };
+    let (winners, conflicts) = held_grant_winners(broken).await;
+    assert_eq!(
+        winners, 2,
+        "without the term re-check the held grant must activate X a second time"
+    );
+    assert!(
+        conflicts > 0,
+        "the next collection must report the conflict"
     );
 }
