@@ -425,3 +425,34 @@ fn goaway_code(mut bytes: &[u8]) -> Option<u32> {
     }
     None
 }
+
+/// A bare HTTP/2 server that refuses every stream with RST_STREAM(REFUSED_STREAM): what a
+/// peer at its concurrency limit or in a drain does. RFC 9113 says such a stream was not
+/// processed, so the call must come back as `unreachable` (retryable), not outcome-unknown.
+#[tokio::test]
+async fn a_refused_stream_is_unreachable_and_never_ran() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let mut conn = h2::server::handshake(socket).await.unwrap();
+        while let Some(Ok((_req, mut respond))) = conn.accept().await {
+            respond.send_reset(h2::Reason::REFUSED_STREAM);
+        }
+    });
+    let c = client(secret());
+    let r = c
+        .deliver(
+            PeerAddr {
+                id: "draining",
+                advertise: &addr,
+            },
+            call("echo", "x"),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await;
+    match r {
+        Err(e @ MeshCallError::Unreachable { .. }) => assert!(e.never_ran()),
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+}

@@ -343,6 +343,20 @@ fn classify(peer: PeerAddr<'_>, status: tonic::Status) -> MeshCallError {
                 reason: err.to_string(),
             };
         }
+        // HTTP/2's own proofs that a stream was not processed (RFC 9113 §8.7): the peer
+        // refused it (RST_STREAM REFUSED_STREAM), or its GOAWAY named a last stream below ours
+        // (h2 fails exactly those streams with the GOAWAY error). A draining peer answers new
+        // calls this way; they are safe to send elsewhere.
+        if let Some(h2) = err.downcast_ref::<h2::Error>()
+            && h2.is_remote()
+            && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+        {
+            return MeshCallError::Unreachable {
+                peer: peer.id.to_owned(),
+                addr: peer.advertise.to_owned(),
+                reason: format!("the peer refused the stream before processing it: {h2}"),
+            };
+        }
         source = err.source();
     }
     let carries_detail = status
