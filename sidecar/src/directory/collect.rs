@@ -86,42 +86,45 @@ async fn collector(inner: Arc<Inner>) {
         } else {
             Vec::new()
         };
-        let mut pause = Duration::from_millis(500);
-        if !pending.is_empty() {
-            let started = Instant::now();
-            match run_round(&inner, &view, &pending).await {
-                Ok(()) => {
-                    let ms = started.elapsed().as_millis() as u64;
-                    inner
-                        .counters
-                        .collections_run
-                        .fetch_add(1, Ordering::Relaxed);
-                    inner
-                        .counters
-                        .collection_time_ms
-                        .fetch_add(ms, Ordering::Relaxed);
-                    tracing::debug!(
-                        host = %inner.me,
-                        partitions = pending.len(),
-                        elapsed_ms = ms,
-                        "collection round complete"
-                    );
-                    continue;
-                }
-                Err(reason) => {
-                    tracing::debug!(host = %inner.me, %reason, "collection round failed; retrying");
-                    inner.views.request_refresh();
-                    pause = inner.config.collect_retry;
-                }
+        if pending.is_empty() {
+            // Idle: wake on a view change, on a request that met a recovering partition (e.g.
+            // after the lease came back), or now and then to re-check.
+            tokio::select! {
+                r = rx.changed() => { if r.is_err() { return; } }
+                _ = inner.kick.notified() => {}
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             }
+            continue;
         }
-        tokio::select! {
-            r = rx.changed() => { if r.is_err() { return; } }
-            _ = inner.kick.notified() => {
-                // A request hit a recovering partition; rounds already run back to back, so
-                // this only wakes an idle collector (e.g. after the lease came back).
+        let started = Instant::now();
+        match run_round(&inner, &view, &pending).await {
+            Ok(()) => {
+                let ms = started.elapsed().as_millis() as u64;
+                inner
+                    .counters
+                    .collections_run
+                    .fetch_add(1, Ordering::Relaxed);
+                inner
+                    .counters
+                    .collection_time_ms
+                    .fetch_add(ms, Ordering::Relaxed);
+                tracing::debug!(
+                    host = %inner.me,
+                    partitions = pending.len(),
+                    elapsed_ms = ms,
+                    "collection round complete"
+                );
             }
-            _ = tokio::time::sleep(pause) => {}
+            Err(reason) => {
+                tracing::debug!(host = %inner.me, %reason, "collection round failed; retrying");
+                inner.views.request_refresh();
+                // Failed rounds are paced (requests hitting recovering partitions do not
+                // hurry them): retry after the pause, or at once when the view changes.
+                tokio::select! {
+                    r = rx.changed() => { if r.is_err() { return; } }
+                    _ = tokio::time::sleep(inner.config.collect_retry) => {}
+                }
+            }
         }
     }
 }
