@@ -692,3 +692,50 @@ async fn counters_measure_watch_fan_out() {
     .await
     .expect("closed watches are unregistered");
 }
+
+#[tokio::test]
+async fn a_partition_cuts_off_one_named_client_only() {
+    let double = KubeDouble::start().await;
+    let cut: Api<Lease> = Api::namespaced(double.client_named("operator"), NS);
+    let other: Api<Lease> = Api::namespaced(double.client(), NS);
+    other
+        .create(&PostParams::default(), &lease("h1", "h1"))
+        .await
+        .unwrap();
+    let rv = double.resource_version().to_string();
+    let mut stream = cut
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    double.partition("operator", Mode::Failing);
+    assert_eq!(
+        api_code(&cut.get("h1").await.unwrap_err()).map(|c| c.0),
+        Some(503)
+    );
+    other.get("h1").await.unwrap();
+    let broken = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("the partitioned watch ends");
+    assert!(matches!(broken, None | Some(Err(_))), "{broken:?}");
+
+    double.partition("operator", Mode::Serving);
+    cut.get("h1").await.unwrap();
+    let rv = double.resource_version().to_string();
+    let mut again = cut
+        .watch(&WatchParams::default().disable_bookmarks(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    other
+        .create(&PostParams::default(), &lease("h2", "h2"))
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(WAIT, again.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ev, WatchEvent::Added(_)), "{ev:?}");
+}

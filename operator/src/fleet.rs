@@ -311,3 +311,84 @@ mod tests {
         assert_eq!(host_record(&renewed, true).state, HostState::Fenced);
     }
 }
+
+/// The `membershipVersion` the operator reports per cluster: bumped whenever the set of hosts
+/// or any host's state, node or role changes — never by a mere heartbeat, which would make
+/// every renewal a status write (and, through the watches on the status, a reconcile storm).
+///
+/// It continues from the version in the status, so it only grows; after an operator restart
+/// the first reconciliation bumps it once, since the operator cannot know what changed while
+/// it was away.
+#[derive(Debug, Default)]
+pub struct MembershipVersions {
+    seen: Mutex<HashMap<(String, String), u64>>,
+}
+
+fn digest(hosts: &[HostRecord]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut keys: Vec<_> = hosts
+        .iter()
+        .map(|h| (&h.id, &h.role, &h.node, format!("{:?}", h.state)))
+        .collect();
+    keys.sort();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    keys.hash(&mut hasher);
+    hasher.finish()
+}
+
+impl MembershipVersions {
+    /// The version for `hosts` of cluster `namespace/name`, given the one last written.
+    pub fn version(
+        &self,
+        namespace: &str,
+        name: &str,
+        hosts: &[HostRecord],
+        previous: Option<i64>,
+    ) -> i64 {
+        let d = digest(hosts);
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (namespace.to_owned(), name.to_owned());
+        let previous = previous.unwrap_or(0);
+        if seen.get(&key) == Some(&d) {
+            previous
+        } else {
+            seen.insert(key, d);
+            previous + 1
+        }
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    fn host(id: &str, state: HostState) -> HostRecord {
+        HostRecord {
+            id: id.into(),
+            role: Some("r".into()),
+            node: Some("n".into()),
+            state,
+        }
+    }
+
+    #[test]
+    fn bumps_on_membership_changes_only() {
+        let v = MembershipVersions::default();
+        let a = [host("a", HostState::Active)];
+        assert_eq!(v.version("ns", "c", &a, None), 1);
+        assert_eq!(
+            v.version("ns", "c", &a, Some(1)),
+            1,
+            "same hosts, same version"
+        );
+        let ab = [host("b", HostState::Joining), host("a", HostState::Active)];
+        assert_eq!(v.version("ns", "c", &ab, Some(1)), 2);
+        let ab2 = [host("a", HostState::Active), host("b", HostState::Active)];
+        assert_eq!(
+            v.version("ns", "c", &ab2, Some(2)),
+            3,
+            "a status change is a change"
+        );
+        assert_eq!(v.version("ns", "other", &ab2, Some(7)), 8, "per cluster");
+    }
+}

@@ -233,6 +233,7 @@ impl Operator {
             backoff: Backoff::new(self.settings.backoff_base, self.settings.backoff_max),
             leases: lease_reader,
             renewals,
+            memberships: Default::default(),
             roles: role_store,
             random: self.random.clone(),
         });

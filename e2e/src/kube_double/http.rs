@@ -25,6 +25,29 @@ use super::store::{
 
 pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
 
+/// The outage switch: one mode for everyone, and overrides for named clients (a partition
+/// that cuts off one client while others still reach the server).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Modes {
+    pub global: Mode,
+    pub clients: BTreeMap<String, Mode>,
+}
+
+impl Modes {
+    /// The mode a client sees: its own override, else the global mode. A global outage wins
+    /// over a healthy override.
+    pub fn for_client(&self, client: Option<&str>) -> Mode {
+        let own = client.and_then(|c| self.clients.get(c)).copied();
+        match (self.global, own) {
+            (Mode::Serving, Some(m)) => m,
+            (g, _) => g,
+        }
+    }
+}
+
+/// The header naming a client of the double (see `KubeDouble::client_named`).
+pub(crate) const CLIENT_HEADER: &str = "x-kube-double-client";
+
 /// Counters kept outside the store lock.
 #[derive(Default)]
 pub(crate) struct Counters {
@@ -37,7 +60,7 @@ pub(crate) struct Counters {
 
 pub(crate) struct Shared {
     pub store: Mutex<Store>,
-    pub mode: watch::Sender<Mode>,
+    pub mode: watch::Sender<Modes>,
     pub counters: Counters,
     pub bookmark_interval: Mutex<Duration>,
 }
@@ -175,9 +198,14 @@ pub(crate) async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     shared.counters.requests.fetch_add(1, Ordering::Relaxed);
+    let client = req
+        .headers()
+        .get(CLIENT_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let mut mode = shared.mode.subscribe();
     loop {
-        let current = *mode.borrow_and_update();
+        let current = mode.borrow_and_update().for_client(client.as_deref());
         match current {
             Mode::Serving => break,
             Mode::Failing => {
@@ -207,13 +235,14 @@ pub(crate) async fn handle(
             ))));
         }
     };
-    Ok(route(&shared, parts, body).unwrap_or_else(|e| error_response(&e)))
+    Ok(route(&shared, parts, body, client).unwrap_or_else(|e| error_response(&e)))
 }
 
 fn route(
     shared: &Arc<Shared>,
     parts: http::request::Parts,
     body: Bytes,
+    client: Option<String>,
 ) -> Result<Response<Body>, ApiError> {
     let path = parts.uri.path();
     if path == "/version" {
@@ -264,7 +293,7 @@ fn route(
         return match parts.method {
             Method::GET if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) => {
                 shared.count_verb("watch");
-                start_watch(shared, res, ns, labels, fields, &query)
+                start_watch(shared, res, ns, labels, fields, &query, client)
             }
             Method::GET => {
                 shared.count_verb("list");
@@ -448,7 +477,8 @@ impl Drop for WatchGuard {
 
 struct WatchState {
     rx: mpsc::UnboundedReceiver<WatchLine>,
-    mode: watch::Receiver<Mode>,
+    mode: watch::Receiver<Modes>,
+    client: Option<String>,
     bookmarks: Option<tokio::time::Interval>,
     deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
     guard: Option<WatchGuard>,
@@ -462,7 +492,7 @@ async fn next_line(mut st: WatchState) -> Option<(Chunk, WatchState)> {
         return None;
     }
     loop {
-        let current = *st.mode.borrow_and_update();
+        let current = st.mode.borrow_and_update().for_client(st.client.as_deref());
         match current {
             Mode::Failing => {
                 // An outage cuts open watches the way a dying API server does: the
@@ -522,6 +552,7 @@ fn start_watch(
     labels: LabelSelector,
     fields: FieldSelector,
     query: &HashMap<String, String>,
+    client: Option<String>,
 ) -> Result<Response<Body>, ApiError> {
     let send_initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
     let from = match query.get("resourceVersion").map(String::as_str) {
@@ -593,6 +624,7 @@ fn start_watch(
     let state = WatchState {
         rx,
         mode: shared.mode.subscribe(),
+        client,
         bookmarks,
         deadline: Box::pin(tokio::time::sleep(timeout)),
         guard: Some(WatchGuard {

@@ -44,14 +44,15 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use self::http::{Counters, Shared};
+use self::http::{CLIENT_HEADER, Counters, Modes, Shared};
 pub use self::store::ResourceRef;
 use self::store::Store;
 
 /// How the double answers requests: the outage switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Mode {
     /// Normal operation.
+    #[default]
     Serving,
     /// Every request gets 503 ServiceUnavailable and open watch streams break.
     Failing,
@@ -104,7 +105,7 @@ impl KubeDouble {
     pub async fn try_start() -> std::io::Result<KubeDouble> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let (mode, _) = watch::channel(Mode::Serving);
+        let (mode, _) = watch::channel(Modes::default());
         let shared = Arc::new(Shared {
             store: Mutex::new(Store::new()),
             mode,
@@ -162,6 +163,30 @@ impl KubeDouble {
         kube::Client::try_from(self.config()).expect("a client for a plain-HTTP config")
     }
 
+    /// A client whose requests carry `name`, so [`KubeDouble::partition`] can cut off just this
+    /// client (say, the operator) while tests keep writing through another.
+    pub fn client_named(&self, name: &str) -> kube::Client {
+        let mut config = self.config();
+        config.headers.push((
+            ::http::HeaderName::from_static(CLIENT_HEADER),
+            ::http::HeaderValue::from_str(name).expect("a client name is a valid header value"),
+        ));
+        kube::Client::try_from(config).expect("a client for a plain-HTTP config")
+    }
+
+    /// Puts one named client (see [`KubeDouble::client_named`]) in `mode`: `Failing` or
+    /// `Stalling` partitions it from the server, `Serving` heals it. A global outage still
+    /// applies to everyone.
+    pub fn partition(&self, client: &str, mode: Mode) {
+        self.shared.mode.send_modify(|m| {
+            if mode == Mode::Serving {
+                m.clients.remove(client);
+            } else {
+                m.clients.insert(client.to_owned(), mode);
+            }
+        });
+    }
+
     /// A client with kube's default retry policy on, as a production binary would have.
     pub fn client_with_retries(&self) -> kube::Client {
         let mut config = self.config();
@@ -171,7 +196,7 @@ impl KubeDouble {
 
     /// Flips the outage switch.
     pub fn set_mode(&self, mode: Mode) {
-        self.shared.mode.send_replace(mode);
+        self.shared.mode.send_modify(|m| m.global = mode);
     }
 
     /// Every request fails with 503 and watches break, until [`KubeDouble::recover`].
@@ -189,8 +214,9 @@ impl KubeDouble {
         self.set_mode(Mode::Serving);
     }
 
+    /// The global mode.
     pub fn mode(&self) -> Mode {
-        *self.shared.mode.borrow()
+        self.shared.mode.borrow().global
     }
 
     /// How often watches that allow bookmarks get one (default 1 s). Applies to watches
@@ -211,6 +237,14 @@ impl KubeDouble {
     /// Keeps only the last `limit` changes (None: all), like etcd's compaction.
     pub fn set_history_limit(&self, limit: Option<usize>) {
         self.shared.store().set_history_limit(limit);
+    }
+
+    /// Makes the garbage collector also delete objects *created* with owner references that
+    /// all point at objects that do not exist (as a real cluster's collector does, shortly
+    /// after). Off by default, so tests may use made-up owner uids (a Lease owned by a Pod the
+    /// double never saw); turn it on to test controllers racing a deletion.
+    pub fn collect_orphans(&self, on: bool) {
+        self.shared.store().collect_orphans = on;
     }
 
     /// The current global resourceVersion.
@@ -303,6 +337,6 @@ impl Drop for KubeDouble {
         // Aborting the accept task drops its JoinSet, which aborts every connection.
         self.server.abort();
         // Wake stalled requests so their tasks end too.
-        self.shared.mode.send_replace(Mode::Failing);
+        self.shared.mode.send_modify(|m| m.global = Mode::Failing);
     }
 }

@@ -265,6 +265,9 @@ pub struct Store {
     next_watcher: u64,
     kinds: BTreeMap<(String, String), String>,
     pub mutations: u64,
+    /// Whether an object created with owner references to objects that do not exist is
+    /// collected at once (see `KubeDouble::collect_orphans`).
+    pub collect_orphans: bool,
 }
 
 fn known_kind(plural: &str) -> Option<&'static str> {
@@ -364,6 +367,7 @@ impl Store {
             next_watcher: 0,
             kinds: BTreeMap::new(),
             mutations: 0,
+            collect_orphans: false,
         }
     }
 
@@ -639,13 +643,27 @@ impl Store {
         let rv = self.next_rv();
         meta_mut(&mut value).insert("resourceVersion".into(), Value::String(rv.to_string()));
         self.emit(&key, EventType::Added, &value, None);
+        let owners = Self::owner_uids(&value);
         self.objects.insert(
-            key,
+            key.clone(),
             Stored {
                 value: value.clone(),
                 ownership,
             },
         );
+        // The garbage collector deletes a dependent whose owners are all gone, also one
+        // created after its owner was deleted (a controller racing the deletion).
+        let orphaned = self.collect_orphans
+            && !owners.is_empty()
+            && owners.iter().all(|u| {
+                !self
+                    .objects
+                    .values()
+                    .any(|s| meta_str(&s.value, "uid") == Some(u.as_str()))
+            });
+        if orphaned {
+            self.remove(&key, false);
+        }
         Ok(value)
     }
 

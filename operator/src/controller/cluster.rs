@@ -240,17 +240,18 @@ async fn reconcile_inner(
     ctx.apply(namespace, &binding).await?;
     let secret = ensure_secret(cluster, ctx, namespace, &source).await?;
 
-    let mut version = None;
     let tnow = tokio::time::Instant::now();
     let hosts: Vec<fleet::HostRecord> = ctx
         .cluster_leases(namespace, name, None)
         .iter()
-        .map(|l| {
-            let rv = l.resource_version().and_then(|v| v.parse::<i64>().ok());
-            version = version.max(rv);
-            fleet::host_record(l, ctx.renewals.lapsed(l, tnow))
-        })
+        .map(|l| fleet::host_record(l, ctx.renewals.lapsed(l, tnow)))
         .collect();
+    let version = ctx.memberships.version(
+        namespace,
+        name,
+        &hosts,
+        previous.and_then(|s| s.membership_version),
+    );
     let roles: Vec<String> = ctx
         .roles
         .state()
@@ -259,7 +260,15 @@ async fn reconcile_inner(
         .map(|r| r.name_any())
         .collect();
     let summary = fleet::summarize(&hosts, roles.iter().map(String::as_str));
-    let status = cluster_status(previous, generation, &summary, &secret, None, version, &now);
+    let status = cluster_status(
+        previous,
+        generation,
+        &summary,
+        &secret,
+        None,
+        Some(version),
+        &now,
+    );
 
     let before = previous.map(|s| (s.hosts, s.nodes, s.counts));
     if before != Some((status.hosts, status.nodes, status.counts)) {

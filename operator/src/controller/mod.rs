@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 
 use crate::backoff::Backoff;
 use crate::error::ReconcileError;
-use crate::fleet::{DESCRIPTOR_ANNOTATION, RenewTracker};
+use crate::fleet::{DESCRIPTOR_ANNOTATION, MembershipVersions, RenewTracker};
 use crate::metrics::Metrics;
 
 /// Everything a reconciliation needs.
@@ -47,6 +47,7 @@ pub struct Context {
     /// Every sigx Lease in scope (labelled with a cluster).
     pub leases: Store<Lease>,
     pub renewals: Arc<RenewTracker>,
+    pub memberships: MembershipVersions,
     /// The role controller's cache of ActorRoles.
     pub roles: Store<ActorRole>,
     /// The source of generated cluster secrets: 32 bytes from the OS-seeded CSPRNG in
