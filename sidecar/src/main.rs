@@ -32,7 +32,8 @@ fn main() {
             Ok(h) => h,
             Err(e) => {
                 tracing::error!("cannot start: {e}");
-                return 1;
+                eprintln!("sigx-sidecar: cannot start: {e}");
+                return if e.is_config() { EXIT_USAGE } else { 1 };
             }
         };
         if let Err(e) = host::first_signal().await {

@@ -138,21 +138,50 @@ pub(crate) struct BringUp {
     pub late_gate: Arc<LateGate>,
     pub late_dispatcher: Arc<LateDispatcher>,
     pub listener: TcpMeshListener,
+    pub provider: Arc<dyn MembershipProvider>,
     pub cell: Arc<tokio::sync::OnceCell<ClusterParts>>,
     pub down: watch::Receiver<bool>,
 }
 
-fn build_provider(cfg: &Config, opts: &HostOptions) -> Result<Arc<dyn MembershipProvider>, String> {
+/// Builds the membership store the configuration names (or takes the injected one). Called
+/// before anything binds, so a bad path or missing pod identity is reported first.
+pub(crate) async fn build_provider(
+    cfg: &Config,
+    opts: &HostOptions,
+) -> Result<Arc<dyn MembershipProvider>, String> {
     if let Some(p) = &opts.provider {
         return Ok(p.clone());
     }
     match cfg.membership {
-        MembershipKind::Sqlite => Err("SQLITE-PENDING".to_string()),
-        MembershipKind::Kubernetes => Err(
-            "the kubernetes membership provider is selected but this build has none wired"
-                .to_string(),
-        ),
-        MembershipKind::None => Err("no membership".into()),
+        MembershipKind::Sqlite => {
+            let o = crate::membership::sqlite::SqliteOptions::new(&cfg.sqlite_path);
+            crate::membership::sqlite::SqliteProvider::open(&o, cfg.host_id.clone())
+                .map(|p| p as Arc<dyn MembershipProvider>)
+                .map_err(|e| e.to_string())
+        }
+        MembershipKind::Kubernetes => {
+            let o = crate::membership::kubernetes::KubernetesOptions {
+                namespace: cfg.namespace.clone().unwrap_or_default(),
+                cluster: cfg.cluster.clone(),
+                role: cfg.role.clone(),
+                pod_name: cfg.pod_name.clone().unwrap_or_default(),
+                pod_uid: cfg.pod_uid.clone(),
+                watch_backoff_max: Duration::from_secs(2),
+            };
+            o.validate().map_err(|e| e.to_string())?;
+            let client = kube::Client::try_default().await.map_err(|e| {
+                format!("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG): {e}")
+            })?;
+            crate::membership::kubernetes::KubernetesProvider::new(
+                client,
+                o,
+                cfg.host_id.clone(),
+                opts.clock.clone(),
+            )
+            .map(|p| p as Arc<dyn MembershipProvider>)
+            .map_err(|e| e.to_string())
+        }
+        MembershipKind::None => Err("no membership provider for --membership none".into()),
     }
 }
 
@@ -166,6 +195,7 @@ pub(crate) async fn bring_up(b: BringUp) {
         late_gate,
         late_dispatcher,
         listener,
+        provider,
         cell,
         down,
     } = b;
@@ -192,14 +222,6 @@ pub(crate) async fn bring_up(b: BringUp) {
     descriptor.started_at_unix_ms = opts.clock.wall_unix_ms();
 
     // 2. Join as joining.
-    let provider = match build_provider(&cfg, &opts) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!("cannot build the membership provider: {e}");
-            state.set_fenced(format!("membership provider unavailable: {e}"));
-            return;
-        }
-    };
     let mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
     let membership = {
         let mut backoff = Duration::from_millis(100);

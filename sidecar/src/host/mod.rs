@@ -53,8 +53,18 @@ pub enum HostError {
         addr: SocketAddr,
         source: io::Error,
     },
+    #[error("membership: {0}")]
+    Membership(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl HostError {
+    /// Whether the error is the operator's configuration (exit code 64) rather than the
+    /// environment.
+    pub fn is_config(&self) -> bool {
+        matches!(self, HostError::Membership(_) | HostError::NotASocket(_))
+    }
 }
 
 /// What a host is built from besides its configuration: the seams tests and the simulator
@@ -153,6 +163,18 @@ impl Host {
     /// Binds every listener, then starts serving. Returns once the host is listening; joining
     /// the cluster and readiness follow the app's registration.
     pub async fn start_with(mut cfg: Config, opts: HostOptions) -> Result<Host, HostError> {
+        let clustered = cfg.membership != MembershipKind::None;
+        // The membership store first: a bad path or missing pod identity is named before
+        // anything binds.
+        let provider = if clustered {
+            Some(
+                cluster::build_provider(&cfg, &opts)
+                    .await
+                    .map_err(HostError::Membership)?,
+            )
+        } else {
+            None
+        };
         let socket = bind_socket(&cfg.socket)?;
         let health_listener =
             TcpListener::bind(cfg.health_addr)
@@ -165,7 +187,6 @@ impl Host {
         let health_addr = health_listener
             .local_addr()
             .map_err(|e| HostError::Other(e.to_string()))?;
-        let clustered = cfg.membership != MembershipKind::None;
         let mesh_listener = if clustered {
             let l = TcpMeshListener::bind(cfg.mesh_addr)
                 .await
@@ -255,6 +276,7 @@ impl Host {
                 late_gate,
                 late_dispatcher,
                 listener,
+                provider: provider.expect("clustered hosts have a provider"),
                 cell: cluster_cell.clone(),
                 down: down_rx.clone(),
             })));
