@@ -21,7 +21,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 fn descriptor(i: usize) -> HostDescriptor {
-    let stateful = i % 3 != 0;
+    let stateful = !i.is_multiple_of(3);
     let mut d = HostDescriptor::new(
         format!("engine-{i:04}-a1b2c3"),
         format!("10.0.{}.{}:7400", i / 250, i % 250),

@@ -517,25 +517,30 @@ impl Inner {
         }
     }
 
-    /// Removes a peer this host judged expired (or found gone), ahead of the feed.
-    fn remove_expired(&self, id: &str, seen: &LeaseRecord, version: u64) {
+    /// Removes a peer this host judged expired (or found gone), ahead of the feed. Returns
+    /// whether it was still in the view (the feed may have delivered the deletion first).
+    fn remove_expired(&self, id: &str, seen: &LeaseRecord, version: u64) -> bool {
         let mut obs = self.observed.lock().expect("observed lock");
         let still_same = obs
             .records
             .get(id)
             .is_some_and(|t| t.record.renew == seen.renew);
         if !still_same {
-            return;
+            return false;
         }
         obs.records.remove(id);
         obs.tombstones
             .insert(id.to_string(), version.max(seen.version));
+        self.publish(&mut obs);
+        true
+    }
+
+    fn expired(&self, id: &str) {
         bump(&self.counters.expiries_observed);
         info!(
             peer = id,
             "peer expired: silent past its TTL and confirmed by a fresh read"
         );
-        self.publish(&mut obs);
     }
 
     /// The fresh read showed the peer alive (our feed lags): restart its window.
@@ -569,14 +574,17 @@ impl Inner {
                 .map(|t| t.record.clone())
                 .collect()
         };
-        let io_timeout = self.cfg.beat;
+        // Generous: a confirmation that times out cannot tell whether its delete landed.
+        let io_timeout = (self.cfg.ttl / 2).max(self.cfg.beat);
         for seen in candidates {
             let id = seen.id().to_string();
             if self.cfg.expiry_check == ExpiryCheck::TrustLocalJudgement {
                 let _ =
                     tokio::time::timeout(io_timeout, self.provider.delete_if(&id, seen.version))
                         .await;
-                self.remove_expired(&id, &seen, seen.version);
+                if self.remove_expired(&id, &seen, seen.version) {
+                    self.expired(&id);
+                }
                 continue;
             }
             let fresh = match tokio::time::timeout(io_timeout, self.provider.read(&id)).await {
@@ -591,7 +599,11 @@ impl Inner {
                 }
             };
             match fresh {
-                None => self.remove_expired(&id, &seen, seen.version),
+                None => {
+                    if self.remove_expired(&id, &seen, seen.version) {
+                        self.expired(&id);
+                    }
+                }
                 Some(fresh) if fresh.renew == seen.renew && fresh.holder == seen.holder => {
                     let outcome = tokio::time::timeout(
                         io_timeout,
@@ -599,8 +611,15 @@ impl Inner {
                     )
                     .await;
                     match outcome {
-                        Ok(Ok(DeleteOutcome::Deleted | DeleteOutcome::Gone)) => {
-                            self.remove_expired(&id, &seen, fresh.version)
+                        Ok(Ok(DeleteOutcome::Deleted)) => {
+                            // We expired it, even if our feed delivered the deletion first.
+                            self.remove_expired(&id, &seen, fresh.version);
+                            self.expired(&id);
+                        }
+                        Ok(Ok(DeleteOutcome::Gone)) => {
+                            if self.remove_expired(&id, &seen, fresh.version) {
+                                self.expired(&id);
+                            }
                         }
                         Ok(Ok(DeleteOutcome::Changed)) => self.touch(&id),
                         Ok(Err(e)) => debug!(peer = %id, error = %e, "expiry delete failed"),

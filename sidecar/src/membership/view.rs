@@ -174,12 +174,15 @@ impl<F: Fn() -> Arc<MembershipView>> ViewSource for F {
     }
 }
 
+/// The view a memo last saw, and the members it derived from it.
+type MemoEntry = (Arc<MembershipView>, Arc<Vec<HostDescriptor>>);
+
 /// `members(filter)` cached on the view's identity: recomputed only when the source hands back a
 /// different `Arc`. Create it once and call [`MembersMemo::get`] on the hot path.
 pub struct MembersMemo<S> {
     source: S,
     filter: MemberFilter,
-    cache: Mutex<Option<(Arc<MembershipView>, Arc<Vec<HostDescriptor>>)>>,
+    cache: Mutex<Option<MemoEntry>>,
     recomputes: std::sync::atomic::AtomicU64,
 }
 
