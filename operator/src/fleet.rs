@@ -157,6 +157,30 @@ pub fn summarize<'a>(
 /// Per Lease (namespace, name): the last `renewTime` seen and when it was first seen.
 type Sightings = HashMap<(String, String), (Option<String>, Instant)>;
 
+/// The sidecar's exact TTL annotation (milliseconds); `leaseDurationSeconds` is whole seconds,
+/// rounded up.
+pub const TTL_ANNOTATION: &str = "actors.sigx.dev/lease-ttl-ms";
+
+/// A Lease's TTL: the exact annotation if present and sane, else `leaseDurationSeconds`.
+fn lease_ttl(lease: &Lease) -> Option<Duration> {
+    let exact = lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TTL_ANNOTATION))
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis);
+    exact.or_else(|| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_duration_seconds)
+            .and_then(|d| u64::try_from(d).ok())
+            .map(Duration::from_secs)
+    })
+}
+
 /// Remembers, per Lease, when the operator last saw its `renewTime` change.
 #[derive(Debug, Default)]
 pub struct RenewTracker {
@@ -201,20 +225,14 @@ impl RenewTracker {
     /// Whether the Lease has not been seen renewed for its duration (plus [`LAPSE_MARGIN`]).
     /// A Lease never observed is not lapsed: the operator has no evidence yet.
     pub fn lapsed(&self, lease: &Lease, now: Instant) -> bool {
-        let Some(duration) = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.lease_duration_seconds)
-            .and_then(|d| u64::try_from(d).ok())
-        else {
+        let Some(ttl) = lease_ttl(lease) else {
             return false;
         };
         let seen = self.seen();
         let Some((renew, since)) = seen.get(&lease_key(lease)) else {
             return false;
         };
-        *renew == renew_time(lease)
-            && now.saturating_duration_since(*since) > Duration::from_secs(duration) + LAPSE_MARGIN
+        *renew == renew_time(lease) && now.saturating_duration_since(*since) > ttl + LAPSE_MARGIN
     }
 }
 
@@ -309,6 +327,23 @@ mod tests {
         tracker.observe(&renewed, t0 + Duration::from_secs(17));
         assert!(!tracker.lapsed(&renewed, t0 + Duration::from_secs(20)));
         assert_eq!(host_record(&renewed, true).state, HostState::Fenced);
+    }
+
+    #[test]
+    fn the_exact_ttl_annotation_wins_over_whole_seconds() {
+        let tracker = RenewTracker::default();
+        let t0 = Instant::now();
+        let mut l = lease("a", "web", None, 100);
+        l.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(TTL_ANNOTATION.into(), "500".into());
+        tracker.observe(&l, t0);
+        assert!(!tracker.lapsed(&l, t0 + Duration::from_millis(1400)));
+        assert!(
+            tracker.lapsed(&l, t0 + Duration::from_millis(1600)),
+            "500 ms + 1 s margin, not 15 s"
+        );
     }
 }
 
