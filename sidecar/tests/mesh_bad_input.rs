@@ -10,8 +10,9 @@ use sigx_sidecar::directory::{
     DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell,
 };
 use sigx_sidecar::mesh::{
-    BoxedIo, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient, MeshClientConfig,
-    MeshServerConfig, MeshService, PeerAddr, TcpConnector, TcpMeshListener, Verifier, serve,
+    AcceptLimits, BoxedIo, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient,
+    MeshClientConfig, MeshServerConfig, MeshService, PeerAddr, TcpConnector, TcpMeshListener,
+    Verifier, serve,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +61,10 @@ struct Server {
 
 impl Server {
     async fn start() -> Server {
+        Server::start_with(|_| {}).await
+    }
+
+    async fn start_with(tweak: impl FnOnce(&mut MeshServerConfig)) -> Server {
         let listener = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
@@ -88,10 +93,11 @@ impl Server {
             Arc::new(KnownFromViews(cell)),
         ));
         let entered = Arc::new(Notify::new());
-        let config = MeshServerConfig {
+        let mut config = MeshServerConfig {
             max_message_bytes: MAX_MSG,
             ..Default::default()
         };
+        tweak(&mut config);
         let service = MeshService::new(
             Arc::new(Handler {
                 entered: entered.clone(),
@@ -455,4 +461,52 @@ async fn a_refused_stream_is_unreachable_and_never_ran() {
         Err(e @ MeshCallError::Unreachable { .. }) => assert!(e.never_ran()),
         other => panic!("expected unreachable, got {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn silent_connections_are_closed_and_connections_are_capped() {
+    let s = Server::start_with(|c| {
+        c.accept = AcceptLimits {
+            max_connections: 2,
+            first_byte_timeout: Duration::from_millis(300),
+        };
+    })
+    .await;
+    // A socket that never speaks is closed after the first-byte timeout.
+    let mut silent = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut sink = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut sink)).await;
+    assert!(closed.is_ok(), "a silent connection must be closed");
+
+    // Two connections that keep the server busy fill the cap: a third waits in the backlog.
+    let mut hogs = Vec::new();
+    for _ in 0..2 {
+        let mut h = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        h.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        h.write_all(&[0, 0, 0, 0x4, 0, 0, 0, 0, 0]).await.unwrap();
+        hogs.push(h);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let c = client(secret());
+    let (id, addr) = s.peer();
+    let blocked = c
+        .deliver(
+            PeerAddr {
+                id: &id,
+                advertise: &addr,
+            },
+            call("echo", "x"),
+            Instant::now() + Duration::from_millis(500),
+        )
+        .await;
+    assert!(
+        matches!(blocked, Err(MeshCallError::Timeout { .. })),
+        "{blocked:?}"
+    );
+    // When they go, the waiting connection is accepted and served.
+    drop(hogs);
+    assert_eq!(deliver(&c, &s, call("echo", "in")).await.unwrap(), "in");
+    s.stop().await;
 }

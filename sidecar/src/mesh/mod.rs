@@ -23,4 +23,4 @@ pub use auth::{
 pub use client::{MeshCallError, MeshClient, MeshClientConfig, PeerAddr};
 pub use server::{DeliverHandler, DirectoryHandler, MeshServerConfig, MeshService, serve};
 pub use tls::{MeshTls, MeshTlsConfig, TlsConnector, TlsError, TlsListener};
-pub use transport::{BoxedIo, Connector, Listener, TcpConnector, TcpMeshListener};
+pub use transport::{AcceptLimits, BoxedIo, Connector, Listener, TcpConnector, TcpMeshListener};

@@ -1,7 +1,7 @@
 //! The mesh server: the `Mesh` gRPC service behind the auth layer, on any [`Listener`].
 
 use super::auth::{MeshAuthLayer, VerifiedPeer, Verifier};
-use super::transport::{Listener, incoming};
+use super::transport::{AcceptLimits, Listener, incoming};
 use async_trait::async_trait;
 use bytes::Bytes;
 use sigx_proto::ActorError;
@@ -60,6 +60,8 @@ pub struct MeshServerConfig {
     pub keepalive_interval: Duration,
     /// Upper bound for any delivered call's remaining time, whatever the caller says.
     pub max_call_timeout: Duration,
+    /// Limits on inbound connections (count, silence after connecting).
+    pub accept: AcceptLimits,
 }
 
 impl Default for MeshServerConfig {
@@ -70,6 +72,7 @@ impl Default for MeshServerConfig {
             concurrency_per_connection: 1024,
             keepalive_interval: Duration::from_secs(10),
             max_call_timeout: Duration::from_secs(300),
+            accept: AcceptLimits::default(),
         }
     }
 }
@@ -212,6 +215,6 @@ where
         .http2_keepalive_timeout(Some(config.keepalive_interval * 2))
         .layer(MeshAuthLayer::new(verifier))
         .add_service(svc)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener, config.accept), shutdown)
         .await
 }

@@ -4,9 +4,11 @@
 
 use async_trait::async_trait;
 use futures::Stream;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -79,10 +81,34 @@ impl Listener for TcpMeshListener {
     }
 }
 
+/// Limits on inbound mesh connections, so that unauthenticated sockets cannot exhaust the
+/// host: the MAC is checked per request, but a TCP connection costs a file descriptor and a
+/// task before any request arrives.
+#[derive(Debug, Clone, Copy)]
+pub struct AcceptLimits {
+    /// Open inbound connections at most; beyond it, accepting waits (new dials queue in the
+    /// kernel backlog and time out as `unreachable`: they never ran).
+    pub max_connections: usize,
+    /// A connection that sends no byte within this time after being accepted is closed.
+    pub first_byte_timeout: Duration,
+}
+
+impl Default for AcceptLimits {
+    fn default() -> Self {
+        AcceptLimits {
+            max_connections: 4096,
+            first_byte_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// An accepted connection, as the gRPC server sees it.
 pub struct Incoming {
     io: BoxedIo,
     remote: Option<SocketAddr>,
+    /// Closes the connection if the peer stays silent; `None` once it spoke.
+    first_byte: Option<Pin<Box<tokio::time::Sleep>>>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Connection info exposed to handlers through request extensions.
@@ -102,7 +128,25 @@ impl AsyncRead for Incoming {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Some(timer) = this.first_byte.as_mut() {
+            match &r {
+                Poll::Ready(Ok(())) if buf.filled().len() > before => this.first_byte = None,
+                Poll::Ready(_) => {}
+                Poll::Pending => {
+                    if timer.as_mut().poll(cx).is_ready() {
+                        tracing::debug!(remote = ?this.remote, "mesh connection sent nothing; closing");
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "mesh peer sent nothing after connecting",
+                        )));
+                    }
+                }
+            }
+        }
+        r
     }
 }
 
@@ -132,20 +176,39 @@ impl AsyncWrite for Incoming {
     }
 }
 
-/// Turns a [`Listener`] into the stream of connections `serve_with_incoming_shutdown` takes.
+/// Turns a [`Listener`] into the stream of connections `serve_with_incoming_shutdown` takes,
+/// under `limits`.
 ///
 /// Accept errors never end the stream: a transient `EMFILE` or a connection reset during the
 /// handshake must not take the mesh down. They are logged and the loop backs off briefly.
-pub fn incoming<L: Listener>(listener: L) -> impl Stream<Item = io::Result<Incoming>> + Send {
-    futures::stream::unfold(listener, |mut listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((io, remote)) => return Some((Ok(Incoming { io, remote }), listener)),
-                Err(err) => {
-                    tracing::warn!(error = %err, "mesh accept failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+pub fn incoming<L: Listener>(
+    listener: L,
+    limits: AcceptLimits,
+) -> impl Stream<Item = io::Result<Incoming>> + Send {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    futures::stream::unfold(
+        (listener, permits),
+        move |(mut listener, permits)| async move {
+            let permit = permits.clone().acquire_owned().await.ok()?;
+            loop {
+                match listener.accept().await {
+                    Ok((io, remote)) => {
+                        let conn = Incoming {
+                            io,
+                            remote,
+                            first_byte: Some(Box::pin(tokio::time::sleep(
+                                limits.first_byte_timeout,
+                            ))),
+                            _permit: permit,
+                        };
+                        return Some((Ok(conn), (listener, permits)));
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "mesh accept failed; retrying");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
                 }
             }
-        }
-    })
+        },
+    )
 }
