@@ -273,13 +273,27 @@ impl DirectoryGate {
                     continue;
                 }
             };
-            let winner = resp.winner.unwrap_or_default();
+            let Some(winner) = resp.winner else {
+                last = format!("{} answered OK without a winner", owner.id);
+                backoff.wait(0, deadline).await;
+                continue;
+            };
             if winner.host_id == *inner.me && winner.activation_id == activation_id {
                 // Rule 1's re-check, under the partition lock: same owner, same term.
                 let mut part = inner.part(p);
                 let view_now = inner.views.view();
                 let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
                 let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
+                if let Some(other) = part.live.get(actor)
+                    && **other != *activation_id
+                {
+                    // Another activation of this actor went live here first (the runtime claims
+                    // one activation per actor at a time; this is the backstop).
+                    return Err(ActorError::wrong_host(format!(
+                        "actor {actor} is already active on this host as activation {other}"
+                    ))
+                    .with_owner_hint(inner.me.to_string()));
+                }
                 if same_owner && same_term && inner.views.check_lease().is_ok() {
                     part.live.insert(actor.clone(), activation_id.into());
                     tracing::debug!(owner = %owner.id, "claim won");
