@@ -154,7 +154,6 @@ async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees(
 /// `sigx dev up --hosts 3`: the workload calls every counter from every host at once, and the
 /// shared trace must show one activation per actor at any time, across all three hosts.
 #[test]
-#[ignore = "needs the SQLite membership provider (issue 3); run with --ignored once it lands"]
 fn three_hosts_under_the_dev_workload_never_run_an_actor_twice() {
     let scratch = Scratch::new("trace3");
     let dir = scratch.path("d");
@@ -181,6 +180,11 @@ fn three_hosts_under_the_dev_workload_never_run_an_actor_twice() {
     let (summary, violations) = check(&trace::read(&dir.join("trace.jsonl")));
     assert!(violations.is_empty(), "{violations:#?}");
     assert_eq!(summary.actors, 300, "{summary:?}");
+    assert_eq!(
+        summary.turns,
+        300 * 3 + 300,
+        "each increment from each host and each final get ran exactly one turn: {summary:?}"
+    );
     assert!(
         summary.hosts >= 2,
         "actors were placed on several hosts: {summary:?}"
