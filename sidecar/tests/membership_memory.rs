@@ -499,3 +499,116 @@ async fn bad_timing_is_a_named_error_before_joining() {
     assert!(err.to_string().contains("must exceed twice"), "{err}");
     assert!(hub.ids().is_empty(), "nothing was written");
 }
+
+/// A provider whose join write takes a long time to come back.
+struct SlowJoin {
+    inner: Arc<sigx_sidecar::membership::MemoryProvider>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl MembershipProvider for SlowJoin {
+    fn kind(&self) -> &'static str {
+        "memory-slow-join"
+    }
+    async fn join(
+        &self,
+        d: &HostDescriptor,
+        ttl: Duration,
+    ) -> Result<u64, sigx_sidecar::membership::ProviderError> {
+        // The store applies the write at once; the answer is slow to come back.
+        let v = self.inner.join(d, ttl).await;
+        tokio::time::sleep(self.delay).await;
+        v
+    }
+    async fn renew(
+        &self,
+        d: &HostDescriptor,
+    ) -> Result<u64, sigx_sidecar::membership::ProviderError> {
+        self.inner.renew(d).await
+    }
+    async fn withdraw(&self) -> Result<(), sigx_sidecar::membership::ProviderError> {
+        self.inner.withdraw().await
+    }
+    async fn changes_since(
+        &self,
+        c: Option<u64>,
+    ) -> Result<sigx_sidecar::membership::ChangeBatch, sigx_sidecar::membership::ProviderError>
+    {
+        self.inner.changes_since(c).await
+    }
+    fn notifications(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.notifications()
+    }
+    async fn read(
+        &self,
+        id: &str,
+    ) -> Result<
+        Option<sigx_sidecar::membership::LeaseRecord>,
+        sigx_sidecar::membership::ProviderError,
+    > {
+        self.inner.read(id).await
+    }
+    async fn delete_if(
+        &self,
+        id: &str,
+        v: u64,
+    ) -> Result<sigx_sidecar::membership::DeleteOutcome, sigx_sidecar::membership::ProviderError>
+    {
+        self.inner.delete_if(id, v).await
+    }
+}
+
+/// DESIGN.md §3: the window counts from the start of the join write (`arm()` before it), not
+/// from its confirmation. The peer saw the join when the store applied it, so a host whose join
+/// answer came back late and which then cannot renew must fence TTL after the join *started*,
+/// before the peer expires it. (Stamping the window at the confirmation, as the seed did, would
+/// fence it almost a TTL too late.)
+#[tokio::test(start_paused = true)]
+async fn the_lease_window_starts_before_the_join_write() {
+    let hub = MemoryHub::new();
+    let peer = host(&hub, "peer", true).await;
+    let slow = Arc::new(SlowJoin {
+        inner: hub.provider("slow"),
+        delay: TTL - BEAT / 2,
+    });
+    let t0 = Instant::now();
+    let h = start(slow, descriptor("slow", true), cfg(), Arc::new(clock()))
+        .await
+        .expect("the join came back within the TTL");
+    // From the moment the join answer arrived, the host cannot renew.
+    hub.isolate("slow");
+    let mut fenced = h.fenced_signal();
+    tokio::time::timeout(TTL, fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("fenced")
+        .unwrap();
+    let fenced_after = t0.elapsed();
+    assert!(
+        fenced_after <= TTL + Duration::from_millis(2),
+        "{fenced_after:?}"
+    );
+    assert_eq!(h.fence_state(), Some(FenceReason::SuspectMonotonic));
+    let gone = wait_gone(&peer, "slow", TTL * 2).await;
+    assert!(
+        gone - t0 > fenced_after,
+        "the peer expired the host before it fenced"
+    );
+}
+
+/// A slow join answer alone does not fence: beats are scheduled from the start of the last
+/// write, so the first renewal follows at once.
+#[tokio::test(start_paused = true)]
+async fn a_slow_join_alone_does_not_fence() {
+    let hub = MemoryHub::new();
+    let slow = Arc::new(SlowJoin {
+        inner: hub.provider("slow"),
+        delay: TTL - BEAT / 2,
+    });
+    let h = start(slow, descriptor("slow", true), cfg(), Arc::new(clock()))
+        .await
+        .unwrap();
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(h.fence_state(), None);
+    assert!(h.counters().beats >= 3);
+}

@@ -234,6 +234,7 @@ pub async fn start(
         .coalescer
         .set(RefreshCoalescer::new(read, inner.cfg.coalesce));
 
+    let join_started = Instant::now();
     async {
         // arm() before the join write: the window starts when the write starts.
         inner.hb.arm();
@@ -274,7 +275,7 @@ pub async fn start(
 
     let tasks = vec![
         tokio::spawn(feed_task(inner.clone()).instrument(span.clone())),
-        tokio::spawn(beat_task(inner.clone()).instrument(span.clone())),
+        tokio::spawn(beat_task(inner.clone(), join_started).instrument(span.clone())),
         tokio::spawn(guard_task(inner.clone()).instrument(span.clone())),
         tokio::spawn(sweep_task(inner.clone()).instrument(span)),
     ];
@@ -713,8 +714,11 @@ async fn feed_task(inner: Arc<Inner>) {
     }
 }
 
-async fn beat_task(inner: Arc<Inner>) {
-    let mut next = Instant::now() + inner.cfg.beat;
+/// Renews every beat, counted from the *start* of the previous write (so a slow write is
+/// followed by the next one at once rather than a whole beat later); half a beat after a
+/// failure.
+async fn beat_task(inner: Arc<Inner>, join_started: Instant) {
+    let mut next = join_started + inner.cfg.beat;
     loop {
         match inner.phase() {
             Phase::Left => return,
@@ -731,9 +735,13 @@ async fn beat_task(inner: Arc<Inner>) {
         }
         tokio::select! {
             _ = tokio::time::sleep_until(next) => {
+                let started = Instant::now();
                 let ok = inner.write_lease().await.is_ok();
-                let delay = if ok { inner.cfg.beat } else { (inner.cfg.beat / 2).max(Duration::from_millis(5)) };
-                next = Instant::now() + delay;
+                next = if ok {
+                    started + inner.cfg.beat
+                } else {
+                    Instant::now() + (inner.cfg.beat / 2).max(Duration::from_millis(5))
+                };
             }
             _ = inner.wake.notified() => {}
         }

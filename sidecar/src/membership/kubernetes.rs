@@ -16,6 +16,12 @@
 //!
 //! Watch fan-out: every host watches every Lease, so each renewal is delivered to all N hosts:
 //! N²/beat watch events per second across the fleet.
+//!
+//! The API server is the membership store, so an API outage longer than the TTL fences every
+//! stateful host (none can prove its lease), by design: a host that cannot renew cannot know
+//! whether its peers already expired it. The TTL is the trade-off: a longer TTL rides out longer
+//! control-plane blips, and makes the fleet slower to notice a dead host (peers wait TTL plus the
+//! drift margin before they expire it). Worker-only hosts rejoin when the API is back.
 
 use super::descriptor::HostDescriptor;
 use super::heartbeat::LostCause;
