@@ -131,17 +131,58 @@ pub struct Sidecar {
 
 impl Sidecar {
     pub fn start(scratch: &Scratch, socket: &Path, extra: &[&str]) -> Sidecar {
+        let mut args = vec!["--membership", "none"];
+        args.extend_from_slice(extra);
+        Self::start_with(scratch, socket, &args)
+    }
+
+    /// One host of a cluster on this machine: SQLite membership in `db`, the secret in
+    /// `secret`, short beat and TTL, pod name `name` (the host id is `name-<incarnation>`).
+    pub fn start_clustered(
+        scratch: &Scratch,
+        socket: &Path,
+        name: &str,
+        db: &Path,
+        secret: &Path,
+    ) -> Sidecar {
+        let mesh = format!("127.0.0.1:{}", free_port());
+        Self::start_with(
+            scratch,
+            socket,
+            &[
+                "--membership",
+                "sqlite",
+                "--sqlite-path",
+                db.to_str().unwrap(),
+                "--secret-file",
+                secret.to_str().unwrap(),
+                "--pod-name",
+                name,
+                "--mesh-addr",
+                &mesh,
+                "--advertise",
+                &mesh,
+                "--beat-ms",
+                "200",
+                "--ttl-ms",
+                "1000",
+            ],
+        )
+    }
+
+    /// A sidecar on `socket` with a free health port and exactly `args` otherwise.
+    pub fn start_with(scratch: &Scratch, socket: &Path, args: &[&str]) -> Sidecar {
         let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut cmd = Command::new(bin("sigx-sidecar"));
-        cmd.arg("--membership")
-            .arg("none")
-            .arg("--socket")
+        cmd.arg("--socket")
             .arg(socket)
             .arg("--health-addr")
             .arg(health.to_string())
-            .arg("--mesh-addr")
-            .arg(format!("127.0.0.1:{}", free_port()))
-            .args(extra);
+            .args(args);
+        if !args.contains(&"--mesh-addr") {
+            cmd.arg("--mesh-addr")
+                .arg(format!("127.0.0.1:{}", free_port()));
+        }
         let log = scratch.path(&format!("sidecar-{}.log", free_port()));
         let proc = Proc::spawn(cmd, log);
         let sidecar = Sidecar {
