@@ -1,0 +1,382 @@
+//! The Kubernetes Lease provider against the Kubernetes API test double, through the real
+//! `kube` client over HTTP, in real time with short TTLs (beat 200 ms, TTL 1 s): join, leave and
+//! expiry across three hosts; a Lease deleted under a host fences it at once; an API outage
+//! longer than the TTL fences every stateful host (and a worker-only host rejoins), a shorter one
+//! fences nothing; a watch that comes back after compaction re-lists (410 Gone).
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use sigx_e2e::kube_double::{KubeDouble, Mode};
+use sigx_sidecar::clock;
+use sigx_sidecar::membership::kubernetes::{CLUSTER_LABEL, DESCRIPTOR_ANNOTATION, ROLE_LABEL};
+use sigx_sidecar::membership::{
+    FenceReason, HostDescriptor, HostStatus, KubernetesOptions, KubernetesProvider,
+    MembershipConfig, MembershipHandle, start,
+};
+use std::time::Duration;
+use tokio::time::Instant;
+
+const BEAT: Duration = Duration::from_millis(200);
+const TTL: Duration = Duration::from_millis(1000);
+const DRIFT: Duration = Duration::from_millis(200);
+const NS: &str = "default";
+
+fn cfg() -> MembershipConfig {
+    MembershipConfig {
+        drift_margin: DRIFT,
+        ..MembershipConfig::with_timing(BEAT, TTL)
+    }
+}
+
+fn opts(id: &str) -> KubernetesOptions {
+    KubernetesOptions {
+        namespace: NS.into(),
+        cluster: "demo".into(),
+        role: "engine".into(),
+        pod_name: format!("pod-{id}"),
+        pod_uid: Some(format!("uid-{id}")),
+        watch_backoff_max: Duration::from_millis(200),
+    }
+}
+
+fn descriptor(id: &str, stateful: bool) -> HostDescriptor {
+    let (types, st) = if stateful {
+        (
+            vec!["Counter".into(), "Relay".into()],
+            vec!["Counter".into()],
+        )
+    } else {
+        (vec!["Relay".into()], vec![])
+    };
+    let mut d = HostDescriptor::new(id, format!("10.0.0.1:{}", 7400), Some(types), Some(st));
+    d.meta.insert("node".into(), format!("node-{id}"));
+    d
+}
+
+/// A host whose requests carry its id, so the double can partition it alone.
+async fn host(double: &KubeDouble, id: &str, stateful: bool) -> MembershipHandle {
+    let provider =
+        KubernetesProvider::new(double.client_named(id), opts(id), id, clock::system()).unwrap();
+    let h = start(provider, descriptor(id, stateful), cfg(), clock::system())
+        .await
+        .expect("join");
+    h.set_status(HostStatus::Active).await.expect("active");
+    h
+}
+
+fn ids(h: &MembershipHandle) -> Vec<String> {
+    h.view().hosts().iter().map(|d| d.id.clone()).collect()
+}
+
+async fn wait_ids(h: &MembershipHandle, want: &[&str], within: Duration) -> Instant {
+    let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    let w = want.clone();
+    h.wait_for_view(within, move |v| {
+        v.hosts().iter().map(|d| &d.id).eq(w.iter())
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} sees {:?}, wanted {want:?}", h.self_id(), ids(h)));
+    Instant::now()
+}
+
+async fn three(double: &KubeDouble, c_stateful: bool) -> [MembershipHandle; 3] {
+    let a = host(double, "a", true).await;
+    let b = host(double, "b", true).await;
+    let c = host(double, "c", c_stateful).await;
+    for h in [&a, &b, &c] {
+        wait_ids(h, &["a", "b", "c"], Duration::from_secs(5)).await;
+        h.wait_for_view(Duration::from_secs(5), |v| {
+            v.hosts().iter().all(|d| d.status == HostStatus::Active)
+        })
+        .await
+        .unwrap();
+        assert!(h.is_self_active());
+    }
+    [a, b, c]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_leave_and_expire_across_three_hosts() {
+    let double = KubeDouble::start().await;
+    let [a, b, c] = three(&double, true).await;
+
+    // The Lease is shaped as DESIGN.md §3 says.
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    let lease = leases.get("a").await.unwrap();
+    let labels = lease.metadata.labels.clone().unwrap();
+    assert_eq!(labels[CLUSTER_LABEL], "demo");
+    assert_eq!(labels[ROLE_LABEL], "engine");
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(spec.lease_duration_seconds, Some(1));
+    assert!(spec.renew_time.is_some());
+    let owner = &lease.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+        ("Pod", "pod-a", "uid-a")
+    );
+    let d = HostDescriptor::from_json(&lease.metadata.annotations.unwrap()[DESCRIPTOR_ANNOTATION])
+        .unwrap();
+    assert_eq!((d.status, d.node()), (HostStatus::Active, Some("node-a")));
+    // Renewals move renewTime.
+    tokio::time::sleep(BEAT * 2).await;
+    let later = leases.get("a").await.unwrap().spec.unwrap().renew_time;
+    assert_ne!(later, spec.renew_time);
+
+    // A graceful leave: the Lease is deleted and the others drop it at once.
+    c.leave().await.unwrap();
+    wait_ids(&a, &["a", "b"], Duration::from_secs(1)).await;
+    wait_ids(&b, &["a", "b"], Duration::from_secs(1)).await;
+    assert!(leases.get_opt("c").await.unwrap().is_none());
+
+    // A crash (tasks stop, the Lease stays): the survivor expires it within the TTL.
+    b.abort();
+    let t0 = Instant::now();
+    let gone = wait_ids(&a, &["a"], TTL * 4).await;
+    assert!(
+        gone - t0 <= TTL + DRIFT + BEAT * 2,
+        "dropped after {:?}",
+        gone - t0
+    );
+    assert!(
+        gone - t0 >= TTL - BEAT,
+        "dropped too early: {:?}",
+        gone - t0
+    );
+    // The watch may report the deletion before the delete's own answer is back.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while a.counters().expiries_observed == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.counters().expiries_observed, 1);
+    assert!(
+        leases.get_opt("b").await.unwrap().is_none(),
+        "the observer deleted the Lease"
+    );
+    assert_eq!(a.fence_state(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_under_a_host_fences_it_at_once() {
+    let double = KubeDouble::start().await;
+    let [a, b, c] = three(&double, true).await;
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    let t0 = Instant::now();
+    leases.delete("c", &DeleteParams::default()).await.unwrap();
+    let mut fenced = c.fenced_signal();
+    tokio::time::timeout(Duration::from_secs(2), fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("c fenced")
+        .unwrap();
+    let after = t0.elapsed();
+    assert!(
+        after < TTL / 2,
+        "proof of loss must not wait for the TTL: {after:?}"
+    );
+    assert!(
+        matches!(c.fence_state(), Some(FenceReason::Lost(_))),
+        "{:?}",
+        c.fence_state()
+    );
+    assert!(c.check_lease().is_err());
+    for s in [&a, &b] {
+        wait_ids(s, &["a", "b"], Duration::from_secs(1)).await;
+    }
+    // Terminal: c never writes its Lease back.
+    tokio::time::sleep(TTL).await;
+    assert!(leases.get_opt("c").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_over_by_another_holder_fences_its_host() {
+    let double = KubeDouble::start().await;
+    let a = host(&double, "a", true).await;
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    let patch = serde_json::json!({ "spec": { "holderIdentity": "someone-else" } });
+    leases
+        .patch("a", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let mut fenced = a.fenced_signal();
+    tokio::time::timeout(Duration::from_secs(2), fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("a fenced")
+        .unwrap();
+    assert!(
+        matches!(a.fence_state(), Some(FenceReason::Lost(ref c)) if format!("{c:?}").contains("someone-else")),
+        "{:?}",
+        a.fence_state()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_shorter_than_the_ttl_fences_nothing() {
+    let double = KubeDouble::start().await;
+    let [a, b, c] = three(&double, true).await;
+    double.fail();
+    tokio::time::sleep(TTL / 2).await;
+    double.recover();
+    tokio::time::sleep(TTL * 2).await;
+    for h in [&a, &b, &c] {
+        assert_eq!(
+            h.fence_state(),
+            None,
+            "{} fenced on a short outage",
+            h.self_id()
+        );
+        assert_eq!(h.check_lease(), Ok(()));
+        assert!(h.counters().beat_failures >= 1, "the outage was felt");
+    }
+    assert_eq!(ids(&a), ["a", "b", "c"]);
+    assert_eq!(a.counters().expiries_observed, 0);
+}
+
+/// The documented consequence: the API server is the membership store, so an outage longer than
+/// the TTL fences every stateful host (a worker-only host rejoins once the API is back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_outage_longer_than_the_ttl_fences_every_stateful_host() {
+    let double = KubeDouble::start().await;
+    let [a, b, w] = three(&double, false).await;
+    double.fail();
+    tokio::time::sleep(TTL + BEAT * 2).await;
+    for h in [&a, &b] {
+        assert!(
+            matches!(h.fence_state(), Some(FenceReason::SuspectMonotonic)),
+            "{}: {:?}",
+            h.self_id(),
+            h.fence_state()
+        );
+        assert!(h.check_lease().is_err());
+    }
+    assert_eq!(w.fence_state(), None);
+    assert_eq!(w.counters().rejoin_attempts, 1);
+    double.recover();
+    // The fenced hosts withdraw (or are expired); the worker gets back in.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while w.counters().rejoins == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never rejoined: {:?}",
+            w.counters()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_ids(&w, &["c"], Duration::from_secs(5)).await;
+    assert_eq!(w.counters().rejoins, 1);
+    assert!(w.is_self_active());
+}
+
+/// A stalled (hanging) API server is an outage too: the write timeouts and the clock fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_api_server_longer_than_the_ttl_fences_stateful_hosts() {
+    let double = KubeDouble::start().await;
+    let a = host(&double, "a", true).await;
+    double.stall();
+    let t0 = Instant::now();
+    let mut fenced = a.fenced_signal();
+    tokio::time::timeout(TTL * 2, fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("a fenced while the API hangs")
+        .unwrap();
+    assert!(t0.elapsed() <= TTL + BEAT, "{:?}", t0.elapsed());
+    double.recover();
+}
+
+/// One host partitioned from the API: it fences; the others expire it, confirmed by a GET.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_host_fences_and_its_peers_expire_it() {
+    let double = KubeDouble::start().await;
+    let [a, b, c] = three(&double, true).await;
+    double.partition("c", Mode::Failing);
+    let mut fenced = c.fenced_signal();
+    tokio::time::timeout(TTL * 2, fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("c fenced")
+        .unwrap();
+    let fenced_at = Instant::now();
+    let gone = wait_ids(&a, &["a", "b"], TTL * 3).await;
+    wait_ids(&b, &["a", "b"], TTL * 3).await;
+    assert!(fenced_at <= gone, "a peer expired c before c fenced");
+}
+
+/// After the history is compacted, a watch that reconnects from its old resourceVersion gets
+/// 410 Gone and re-lists; the view converges, including changes made while it was away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_resuming_after_compaction_relists() {
+    let double = KubeDouble::start().await;
+    let a = host(&double, "a", true).await;
+    let b = host(&double, "b", true).await;
+    wait_ids(&a, &["a", "b"], Duration::from_secs(5)).await;
+    double.reset_stats();
+    // Cut a's connection briefly (its watch breaks), change the world, compact the history.
+    double.partition("a", Mode::Failing);
+    b.leave().await.unwrap();
+    let c = host(&double, "c", false).await;
+    double.compact();
+    double.partition("a", Mode::Serving);
+    wait_ids(&a, &["a", "c"], Duration::from_secs(5)).await;
+    assert_eq!(a.fence_state(), None, "a short cut does not fence");
+    let stats = double.stats();
+    assert!(
+        stats.by_verb.get("list").copied().unwrap_or(0) >= 1,
+        "a re-listed: {stats:?}"
+    );
+    drop(c);
+}
+
+/// The watch fan-out of the Lease provider, measured on the double: every host watches every
+/// Lease, so each renewal reaches all N watchers, N²/beat events per second across the fleet.
+/// A measurement, not a check of speed: run with
+/// `cargo test -p sigx-e2e --test membership_kubernetes watch_fan_out -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md; slow"]
+async fn watch_fan_out() {
+    let beat = Duration::from_secs(1);
+    let cfg = MembershipConfig {
+        drift_margin: Duration::from_secs(1),
+        ..MembershipConfig::with_timing(beat, beat * 5)
+    };
+    for n in [10usize, 50, 100] {
+        let double = KubeDouble::start().await;
+        double.set_bookmark_interval(Duration::from_secs(3600));
+        let mut hosts = Vec::new();
+        for i in 0..n {
+            let id = format!("h{i:03}");
+            let provider =
+                KubernetesProvider::new(double.client(), opts(&id), id.as_str(), clock::system())
+                    .unwrap();
+            hosts.push(
+                start(
+                    provider,
+                    descriptor(&id, true),
+                    cfg.clone(),
+                    clock::system(),
+                )
+                .await
+                .expect("join"),
+            );
+        }
+        for h in &hosts {
+            h.wait_for_view(Duration::from_secs(60), |v| v.len() == n)
+                .await
+                .expect("converged");
+        }
+        double.reset_stats();
+        let window = Duration::from_secs(10);
+        tokio::time::sleep(window).await;
+        let s = double.stats();
+        let secs = window.as_secs_f64();
+        let updates = s.by_verb.get("update").copied().unwrap_or(0);
+        println!(
+            "fan-out n={n} beat={beat:?}: {:.0} watch events/s (N²/beat = {}), {:.1} lease updates/s, {} watches",
+            s.watch_events_sent as f64 / secs,
+            n * n,
+            updates as f64 / secs,
+            s.active_watches
+        );
+        assert!(s.watch_events_sent as f64 / secs > (n * n) as f64 * 0.5);
+        for h in &hosts {
+            h.abort();
+        }
+    }
+}
