@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use sigx_crds::ActorCluster;
-use sigx_e2e::kube_double::KubeDouble;
+use sigx_e2e::kube_double::{KubeDouble, Mode};
 use sigx_operator::leader::LeaderSettings;
 use sigx_operator::metrics::Metrics;
 use sigx_operator::{Operator, Settings};
@@ -35,7 +35,7 @@ fn replica(double: &KubeDouble, name: &'static str) -> Replica {
         duration_seconds: LEASE_SECONDS,
         grace_seconds: 1,
     });
-    let operator = Operator::new(double.client(), s).with_random(|| [1u8; 32]);
+    let operator = Operator::new(double.client_named(name), s).with_random(|| [1u8; 32]);
     let metrics = operator.metrics();
     let leading = operator.leading();
     let task = tokio::spawn(async move {
@@ -143,4 +143,58 @@ async fn only_the_leader_reconciles_and_a_killed_leader_hands_over() {
     let second = clusters.get("second").await.unwrap();
     assert!(second.status.is_some(), "{}", second.name_any());
     standby.task.abort();
+}
+
+#[tokio::test]
+async fn a_partitioned_leader_steps_down_before_the_standby_takes_over() {
+    let double = KubeDouble::start().await;
+    let a = replica(&double, "op-a");
+    let b = replica(&double, "op-b");
+    let started = tokio::time::Instant::now();
+    let (leader, standby) = loop {
+        match (*a.leading.borrow(), *b.leading.borrow()) {
+            (true, false) => break (&a, &b),
+            (false, true) => break (&b, &a),
+            (true, true) => panic!("two leaders"),
+            (false, false) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "nobody leads");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+
+    // The leader can no longer reach the API (its renewals fail); the standby still can.
+    double.partition(leader.name, Mode::Failing);
+    let cut = tokio::time::Instant::now();
+    let mut stepped_down = None;
+    let took_over = loop {
+        let (l, s) = (*leader.leading.borrow(), *standby.leading.borrow());
+        assert!(!(l && s), "both replicas lead at once");
+        if !l && stepped_down.is_none() {
+            stepped_down = Some(cut.elapsed());
+        }
+        if s {
+            break cut.elapsed();
+        }
+        assert!(
+            cut.elapsed() < Duration::from_secs(LEASE_SECONDS + 5),
+            "no handover"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let stepped_down = stepped_down.expect("the cut-off leader stepped down");
+    eprintln!(
+        "partitioned leader stepped down after {stepped_down:?}; standby led after {took_over:?}"
+    );
+    assert!(stepped_down < took_over);
+    assert!(
+        stepped_down <= Duration::from_secs(LEASE_SECONDS),
+        "{stepped_down:?}"
+    );
+    double.partition(leader.name, Mode::Serving);
+    // Healed, the old leader stays a standby: the Lease is someone else's now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!*leader.leading.borrow());
+    assert!(*standby.leading.borrow());
+    a.task.abort();
+    b.task.abort();
 }

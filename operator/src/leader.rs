@@ -2,9 +2,11 @@
 //! the holder runs the controllers.
 //!
 //! On top of the lease manager, the leader checks for itself that the Lease still names it and
-//! was renewed recently. If it cannot confirm that for `duration − grace` on its own monotonic
-//! clock (the API is unreachable, say), it stops its controllers — before any other replica can
-//! consider the Lease expired and start its own, so two replicas never reconcile at once.
+//! was renewed recently. Unless it confirms a fresh renewal, it stops its controllers
+//! `duration − grace/2` after the last renewal it saw (on its own monotonic clock; the API may
+//! be unreachable, say) — half a grace before any other replica can consider the Lease expired
+//! and start its own, so two replicas never reconcile at once (barring clock rates that differ
+//! by more than that margin).
 
 use std::future::Future;
 use std::time::Duration;
@@ -56,23 +58,19 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Whether the Lease names `identity` and its renewal is not older than its duration by the
-/// holder's own wall clock (it wrote `renewTime` with that same clock).
-async fn confirm(api: &Api<Lease>, name: &str, identity: &str) -> bool {
-    let Ok(lease) = api.get(name).await else {
-        return false;
-    };
-    let Some(spec) = lease.spec else { return false };
+/// If the Lease names `identity`, how old its last renewal is by the holder's own wall clock
+/// (it wrote `renewTime` with that same clock, so no cross-host clock comparison is involved).
+/// None if it names someone else, is gone, or cannot be read.
+async fn confirm(api: &Api<Lease>, name: &str, identity: &str) -> Option<Duration> {
+    let spec = api.get(name).await.ok()?.spec?;
     if spec.holder_identity.as_deref() != Some(identity) {
-        return false;
+        return None;
     }
-    match (spec.renew_time, spec.lease_duration_seconds) {
-        (Some(renew), Some(secs)) => {
-            let age = k8s_openapi::jiff::Timestamp::now().duration_since(renew.0);
-            age.as_secs() < i64::from(secs)
-        }
-        _ => false,
-    }
+    let renewed = spec.renew_time?.0;
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(renewed);
+    let age = Duration::try_from(age).unwrap_or(Duration::ZERO);
+    let lasts = Duration::from_secs(u64::try_from(spec.lease_duration_seconds?).ok()?);
+    (age < lasts).then_some(age)
 }
 
 /// Runs `term()` while this replica leads; stops it (drops the future) when leadership is lost
@@ -106,11 +104,12 @@ where
     let (mut is_leader, handle) = manager.watch().await;
     let mut guard = AbortOnDrop(Some(handle));
     let api: Api<Lease> = Api::namespaced(client, &settings.lease_namespace);
-    let confirm_every = Duration::from_millis(settings.grace_seconds.max(1) * 1000 / 2);
-    let must_confirm_within = Duration::from_secs(
-        settings
-            .duration_seconds
-            .saturating_sub(settings.grace_seconds)
+    // The manager renews `grace` before expiry; the watchdog gives up half a grace later, and
+    // so still half a grace before any standby may take the Lease over.
+    let confirm_every = Duration::from_millis((settings.grace_seconds.max(1) * 1000 / 4).max(100));
+    let must_confirm_within = Duration::from_millis(
+        (settings.duration_seconds * 1000)
+            .saturating_sub(settings.grace_seconds * 500)
             .max(1),
     );
 
@@ -119,7 +118,9 @@ where
             // Wait until the manager says we lead and the Lease confirms it.
             loop {
                 if *is_leader.borrow_and_update()
-                    && confirm(&api, &settings.lease_name, identity).await
+                    && confirm(&api, &settings.lease_name, identity)
+                        .await
+                        .is_some()
                 {
                     break;
                 }
@@ -130,18 +131,24 @@ where
             }
             info!(identity, lease = %settings.lease_name, "leading: starting the controllers");
             leading.send_replace(true);
+            // Leading ends at (last renewal seen) + duration − grace/2 on this replica's
+            // monotonic clock unless a newer renewal is confirmed first.
             let watchdog = async {
-                let mut confirmed = Instant::now();
+                let mut deadline = Instant::now() + must_confirm_within;
                 loop {
-                    tokio::time::sleep(confirm_every).await;
-                    if confirm(&api, &settings.lease_name, identity).await {
-                        confirmed = Instant::now();
-                    } else if confirmed.elapsed() >= must_confirm_within {
-                        warn!(
-                            identity,
-                            "cannot confirm the leader Lease; stepping down before it could expire"
-                        );
-                        return;
+                    tokio::select! {
+                        _ = tokio::time::sleep_until(deadline) => {
+                            warn!(
+                                identity,
+                                "cannot confirm a fresh renewal of the leader Lease; stepping down before it could expire"
+                            );
+                            return;
+                        }
+                        _ = tokio::time::sleep(confirm_every) => {
+                            if let Some(age) = confirm(&api, &settings.lease_name, identity).await {
+                                deadline = Instant::now() + must_confirm_within.saturating_sub(age);
+                            }
+                        }
                     }
                 }
             };
