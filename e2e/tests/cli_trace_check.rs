@@ -177,6 +177,11 @@ fn three_hosts_under_the_dev_workload_never_run_an_actor_twice() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("0 lost, 0 doubled"), "{stdout}");
+    // The status table shows the whole fleet, and that it all runs on this one machine.
+    assert!(stdout.contains("3 host(s) / 1 node(s)"), "{stdout}");
+    for i in 1..=3 {
+        assert!(stdout.contains(&format!("sidecar {i} stopped\n")), "{stdout}");
+    }
     let (summary, violations) = check(&trace::read(&dir.join("trace.jsonl")));
     assert!(violations.is_empty(), "{violations:#?}");
     assert_eq!(summary.actors, 300, "{summary:?}");
