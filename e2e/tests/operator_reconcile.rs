@@ -659,3 +659,104 @@ async fn the_operator_survives_an_api_outage_and_catches_up() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_referenced_secret_is_checked_and_never_generated() {
+    let h = Harness::start().await;
+    let mut cluster: ActorCluster = example("cluster.yaml");
+    cluster.spec.membership.heartbeat_seconds = 1;
+    cluster.spec.membership.ttl_seconds = 3;
+    cluster.spec.auth.secret_ref = Some(sigx_crds::SecretKeyRef {
+        name: "mine".into(),
+        key: "hmac".into(),
+    });
+    h.api::<ActorCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let status = eventually("SecretNotFound", || async {
+        h.cluster_status("demo")
+            .await
+            .filter(|s| condition(s, "SecretReady").is_some_and(|c| c.reason == "SecretNotFound"))
+    })
+    .await;
+    assert_eq!(condition(&status, "Ready").unwrap().status, "False");
+    assert!(
+        h.get::<Secret>("demo-sigx-secret").await.is_none(),
+        "nothing is generated"
+    );
+
+    // The user creates it with only whitespace: refused, as the sidecar would refuse it.
+    let secret = |value: &str| Secret {
+        metadata: ObjectMeta {
+            name: Some("mine".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "hmac".to_string(),
+            k8s_openapi::ByteString(value.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    };
+    h.api::<Secret>()
+        .create(&PostParams::default(), &secret("  \n"))
+        .await
+        .unwrap();
+    eventually("SecretEmpty", || async {
+        h.cluster_status("demo")
+            .await
+            .filter(|s| condition(s, "SecretReady").is_some_and(|c| c.reason == "SecretEmpty"))
+    })
+    .await;
+    h.api::<Secret>()
+        .replace("mine", &PostParams::default(), &{
+            let mut s = secret("s3cret-s3cret");
+            s.metadata.resource_version = h.get::<Secret>("mine").await.unwrap().resource_version();
+            s
+        })
+        .await
+        .unwrap();
+    eventually("SecretReady", || async {
+        h.cluster_status("demo").await.filter(|s| {
+            condition(s, "SecretReady")
+                .is_some_and(|c| c.status == "True" && c.reason == "Referenced")
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn conflicting_auth_that_slipped_past_admission_is_reported_not_rendered() {
+    // The double does not evaluate CEL, so this plays an object that predates the rule.
+    let h = Harness::start().await;
+    let mut cluster: ActorCluster = example("cluster.yaml");
+    cluster.spec.auth.secret_ref = Some(sigx_crds::SecretKeyRef {
+        name: "mine".into(),
+        key: "hmac".into(),
+    });
+    cluster.spec.auth.insecure = Some(true);
+    h.api::<ActorCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let status = eventually("InvalidSpec", || async {
+        h.cluster_status("demo")
+            .await
+            .filter(|s| condition(s, "Ready").is_some_and(|c| c.reason == "InvalidSpec"))
+    })
+    .await;
+    assert_eq!(condition(&status, "Degraded").unwrap().status, "True");
+    assert!(
+        h.get::<ServiceAccount>("demo-sigx").await.is_none(),
+        "nothing rendered from a bad spec"
+    );
+    let events = h
+        .double
+        .list_json(&ResourceRef::new("events.k8s.io", "v1", "events"), Some(NS));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["reason"] == "InvalidSpec" && e["type"] == "Warning"),
+        "{events:?}"
+    );
+}
