@@ -145,7 +145,6 @@ impl Sidecar {
         db: &Path,
         secret: &Path,
     ) -> Sidecar {
-        let mesh = format!("127.0.0.1:{}", free_port());
         Self::start_with(
             scratch,
             socket,
@@ -158,10 +157,6 @@ impl Sidecar {
                 secret.to_str().unwrap(),
                 "--pod-name",
                 name,
-                "--mesh-addr",
-                &mesh,
-                "--advertise",
-                &mesh,
                 "--beat-ms",
                 "200",
                 "--ttl-ms",
@@ -170,43 +165,57 @@ impl Sidecar {
         )
     }
 
-    /// A sidecar on `socket` with a free health port and exactly `args` otherwise.
+    /// A sidecar on `socket` with `args`, on free health and mesh ports (advertised as
+    /// 127.0.0.1). A port taken between picking and binding makes the sidecar exit; it is
+    /// started again on other ports (up to three tries).
     pub fn start_with(scratch: &Scratch, socket: &Path, args: &[&str]) -> Sidecar {
-        let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let mut cmd = Command::new(bin("sigx-sidecar"));
-        cmd.arg("--socket")
-            .arg(socket)
-            .arg("--health-addr")
-            .arg(health.to_string())
-            .args(args);
-        if !args.contains(&"--mesh-addr") {
-            cmd.arg("--mesh-addr")
-                .arg(format!("127.0.0.1:{}", free_port()));
+        let mut last = String::new();
+        for _ in 0..3 {
+            let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let mesh = format!("127.0.0.1:{}", free_port());
+            let mut cmd = Command::new(bin("sigx-sidecar"));
+            cmd.arg("--socket")
+                .arg(socket)
+                .arg("--health-addr")
+                .arg(health.to_string())
+                .arg("--mesh-addr")
+                .arg(&mesh)
+                .arg("--advertise")
+                .arg(&mesh)
+                .args(args);
+            let log = scratch.path(&format!("sidecar-{}.log", health.port()));
+            let mut sidecar = Sidecar {
+                proc: Proc::spawn(cmd, log),
+                socket: socket.to_path_buf(),
+                health,
+            };
+            match sidecar.wait_listening() {
+                Ok(()) => return sidecar,
+                Err(e) => last = e,
+            }
         }
-        let log = scratch.path(&format!("sidecar-{}.log", free_port()));
-        let proc = Proc::spawn(cmd, log);
-        let sidecar = Sidecar {
-            proc,
-            socket: socket.to_path_buf(),
-            health,
-        };
-        sidecar.wait_listening();
-        sidecar
+        panic!("the sidecar did not start in three tries; the last:\n{last}");
     }
 
-    /// Waits until the health port answers at all (the sidecar binds everything before it
-    /// reports anything).
-    fn wait_listening(&self) {
+    /// Waits until the health port answers and the socket exists (the sidecar binds
+    /// everything before it reports anything); an early exit is an error with the log.
+    fn wait_listening(&mut self) -> Result<(), String> {
         for _ in 0..200 {
             if std::net::TcpStream::connect(self.health).is_ok() && self.socket.exists() {
-                return;
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.proc.child.try_wait() {
+                return Err(format!(
+                    "exited ({status}); its log:\n{}",
+                    self.proc.log_text()
+                ));
             }
             std::thread::sleep(Duration::from_millis(25));
         }
-        panic!(
-            "the sidecar did not start listening within 5s; its log:\n{}",
+        Err(format!(
+            "not listening within 5s; its log:\n{}",
             self.proc.log_text()
-        );
+        ))
     }
 
     /// The HTTP status of `GET path` on the health port.
