@@ -450,3 +450,22 @@ async fn a_registration_the_sidecar_refuses_stops_serving_with_its_reason() {
         other => panic!("expected an invalid registration, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sidecar_that_stops_answering_costs_a_caller_its_deadline_not_forever() {
+    let w = world("frozen").await;
+    let client = w.client.with_timeout(Duration::from_millis(300));
+    client.call("Counter", "f", "increment", "").await.unwrap();
+    w.sidecar.proc.signal("STOP");
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.call("Counter", "f", "increment", ""),
+    )
+    .await;
+    w.sidecar.proc.signal("CONT");
+    let e = outcome
+        .expect("the call gave up by itself (the transport deadline backs the call's own)")
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    w.serving.shutdown().await.unwrap();
+}
