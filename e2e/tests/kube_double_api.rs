@@ -739,3 +739,51 @@ async fn a_partition_cuts_off_one_named_client_only() {
         .unwrap();
     assert!(matches!(ev, WatchEvent::Added(_)), "{ev:?}");
 }
+
+#[tokio::test]
+async fn streaming_lists_end_with_the_initial_events_bookmark() {
+    let double = KubeDouble::start().await;
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    for id in ["h1", "h2"] {
+        leases
+            .create(&PostParams::default(), &lease(id, id))
+            .await
+            .unwrap();
+    }
+    let config = kube::runtime::watcher::Config::default().streaming_lists();
+    let mut events = kube::runtime::watcher(leases.clone(), config).boxed();
+    let mut initial = Vec::new();
+    loop {
+        match tokio::time::timeout(WAIT, events.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap()
+        {
+            kube::runtime::watcher::Event::Init => {}
+            kube::runtime::watcher::Event::InitApply(l) => initial.push(l.name_any()),
+            kube::runtime::watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    initial.sort();
+    assert_eq!(initial, ["h1", "h2"]);
+    assert_eq!(
+        double.stats().by_verb.get("list"),
+        None,
+        "no LIST: the watch streamed the state"
+    );
+    leases
+        .create(&PostParams::default(), &lease("h3", "h3"))
+        .await
+        .unwrap();
+    match tokio::time::timeout(WAIT, events.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        kube::runtime::watcher::Event::Apply(l) => assert_eq!(l.name_any(), "h3"),
+        other => panic!("unexpected {other:?}"),
+    }
+}

@@ -760,3 +760,26 @@ async fn conflicting_auth_that_slipped_past_admission_is_reported_not_rendered()
         "{events:?}"
     );
 }
+
+#[tokio::test]
+async fn hand_edits_to_the_deployment_are_put_back() {
+    let h = Harness::start().await;
+    h.apply_examples().await;
+    let _: Deployment = eventually("the engine Deployment", || h.get("engine")).await;
+    // Someone scales the Deployment behind the operator's back (a `kubectl scale deploy`).
+    h.api::<Deployment>()
+        .patch(
+            "engine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 10}})),
+        )
+        .await
+        .unwrap();
+    // The ActorRole is the source of truth: server-side apply with force takes it back.
+    eventually("the Deployment back at the role's 3 replicas", || async {
+        h.get::<Deployment>("engine")
+            .await
+            .filter(|d| d.spec.replicas == Some(3))
+    })
+    .await;
+}
