@@ -56,6 +56,7 @@ pub(crate) struct Counters {
     pub bookmarks_sent: AtomicU64,
     pub watches_started: AtomicU64,
     pub by_verb: Mutex<BTreeMap<&'static str, u64>>,
+    pub by_client: Mutex<BTreeMap<String, u64>>,
 }
 
 pub(crate) struct Shared {
@@ -203,6 +204,13 @@ pub(crate) async fn handle(
         .get(CLIENT_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    *shared
+        .counters
+        .by_client
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(client.clone().unwrap_or_default())
+        .or_default() += 1;
     let mut mode = shared.mode.subscribe();
     loop {
         let current = mode.borrow_and_update().for_client(client.as_deref());

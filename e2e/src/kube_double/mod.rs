@@ -68,6 +68,9 @@ pub struct Stats {
     /// Requests that reached routing, by Kubernetes verb (`get`, `list`, `watch`, `create`,
     /// `update`, `patch`, `delete`, `deletecollection`).
     pub by_verb: BTreeMap<&'static str, u64>,
+    /// Requests received per client name (see [`KubeDouble::client_named`]; "" for unnamed
+    /// clients), including ones refused by an outage.
+    pub by_client: BTreeMap<String, u64>,
     /// ADDED/MODIFIED/DELETED/ERROR lines written to watch streams, summed over all watchers:
     /// the fan-out.
     pub watch_events_sent: u64,
@@ -259,6 +262,11 @@ impl KubeDouble {
         Stats {
             requests: c.requests.load(Ordering::Relaxed),
             by_verb: c.by_verb.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            by_client: c
+                .by_client
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
             watch_events_sent: c.watch_events_sent.load(Ordering::Relaxed),
             bookmarks_sent: c.bookmarks_sent.load(Ordering::Relaxed),
             watches_started: c.watches_started.load(Ordering::Relaxed),
@@ -276,6 +284,10 @@ impl KubeDouble {
         c.bookmarks_sent.store(0, Ordering::Relaxed);
         c.watches_started.store(0, Ordering::Relaxed);
         c.by_verb.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        c.by_client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.shared.store().mutations = 0;
     }
 
