@@ -783,3 +783,55 @@ async fn hand_edits_to_the_deployment_are_put_back() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn watching_all_namespaces_keeps_clusters_apart() {
+    let double = KubeDouble::start().await;
+    let mut s = settings();
+    s.namespace = None;
+    let operator = Operator::new(double.client_named("operator"), s);
+    let task = tokio::spawn(operator.run(std::future::pending()));
+    let client = double.client();
+    for ns in ["team-a", "team-b"] {
+        let clusters: Api<ActorCluster> = Api::namespaced(client.clone(), ns);
+        clusters
+            .create(&PostParams::default(), &example("cluster.yaml"))
+            .await
+            .unwrap();
+    }
+    // Two hosts of team-a's "demo", one of team-b's.
+    let a: Api<Lease> = Api::namespaced(client.clone(), "team-a");
+    let b: Api<Lease> = Api::namespaced(client.clone(), "team-b");
+    for id in ["h1", "h2"] {
+        a.create(
+            &PostParams::default(),
+            &host_lease(id, "engine", "active", Some("n1"), 15),
+        )
+        .await
+        .unwrap();
+    }
+    b.create(
+        &PostParams::default(),
+        &host_lease("h1", "engine", "active", Some("n9"), 15),
+    )
+    .await
+    .unwrap();
+    for (ns, hosts) in [("team-a", 2), ("team-b", 1)] {
+        let clusters: Api<ActorCluster> = Api::namespaced(client.clone(), ns);
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        eventually(&format!("{ns}'s status"), || async {
+            clusters
+                .get("demo")
+                .await
+                .ok()?
+                .status
+                .filter(|s| s.hosts == hosts && s.nodes == NodeCount::Known(1))
+        })
+        .await;
+        eventually(&format!("{ns}'s ServiceAccount"), || async {
+            sas.get_opt("demo-sigx").await.ok()?
+        })
+        .await;
+    }
+    task.abort();
+}

@@ -75,7 +75,8 @@ async fn confirm(api: &Api<Lease>, name: &str, identity: &str) -> Option<Duratio
 
 /// Runs `term()` while this replica leads; stops it (drops the future) when leadership is lost
 /// or cannot be confirmed, and starts a fresh one when it is regained. Returns when `shutdown`
-/// resolves, releasing the Lease so a standby takes over at once.
+/// resolves, releasing the Lease. (A standby of kube-lease-manager 0.13 still sleeps until the
+/// expiry it last read, so even a graceful handover takes up to one Lease duration.)
 pub async fn lead<F, Fut>(
     client: Client,
     settings: &LeaderSettings,
@@ -173,7 +174,7 @@ where
         _ = shutdown => Ok(()),
     };
     leading.send_replace(false);
-    // Closing the channel makes the manager release the Lease, so a standby takes over at once.
+    // Closing the channel makes the manager release the Lease (clears the holder).
     drop(is_leader);
     if let Some(handle) = guard.0.take() {
         let _ = tokio::time::timeout(Duration::from_secs(5), handle).await;
