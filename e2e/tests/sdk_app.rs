@@ -469,3 +469,23 @@ async fn a_sidecar_that_stops_answering_costs_a_caller_its_deadline_not_forever(
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
     w.serving.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_registering_with_a_frozen_sidecar_can_still_stop() {
+    let scratch = Scratch::new("frozenreg");
+    let socket = scratch.path("s.sock");
+    let sidecar = Sidecar::start(&scratch, &socket, &[]);
+    sidecar.proc.signal("STOP");
+    let serving = app(Default::default()).spawn(&Client::lazy(&socket));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        matches!(serving.state(), ServeState::Connecting { .. }),
+        "{:?}",
+        serving.state()
+    );
+    let stopped = tokio::time::timeout(Duration::from_secs(3), serving.shutdown()).await;
+    sidecar.proc.signal("CONT");
+    stopped
+        .expect("a stop is heard while the registration hangs")
+        .unwrap();
+}

@@ -13,6 +13,9 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tracing::Instrument;
 
+/// How long dialing the sidecar and getting `Registered` back may take before the app retries.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a stopping app waits for the sidecar to drain it (finish in-flight turns, deactivate
 /// every activation through this app, end the stream) before it closes the stream itself. The
 /// sidecar's own drain timeout defaults to 20 s; deactivation turns come on top of it.
@@ -285,6 +288,54 @@ fn classify(status: &tonic::Status) -> Result<String, ServeError> {
     Ok(format!("{err}"))
 }
 
+/// An open, registered session: the outgoing half, the incoming stream, the host id.
+type Opened = (
+    mpsc::Sender<v1::AppMessage>,
+    tonic::Streaming<v1::SidecarMessage>,
+    String,
+);
+
+/// Dials the sidecar on a connection of its own (so turns never queue behind the app's
+/// outgoing calls), opens `Serve`, registers, and waits for `Registered`. The outer error is
+/// fatal (the registration is invalid); the inner one says why to retry.
+async fn open_session(
+    client: &Client,
+    registration: v1::Register,
+) -> Result<Result<Opened, String>, ServeError> {
+    let channel = match connect::eager_channel(client.socket()).await {
+        Ok(c) => c,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    let mut grpc = ActorHostClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let (tx, rx) = mpsc::channel::<v1::AppMessage>(1024);
+    tx.send(v1::AppMessage {
+        msg: Some(v1::app_message::Msg::Register(registration)),
+    })
+    .await
+    .expect("the receiver is alive: it is ours");
+    let mut inbound = match grpc.serve(ReceiverStream::new(rx)).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => return classify(&status).map(Err),
+    };
+    match inbound.message().await {
+        Ok(Some(v1::SidecarMessage {
+            msg: Some(v1::sidecar_message::Msg::Registered(r)),
+        })) => {
+            tracing::info!(host = %r.host_id, max_payload = r.max_payload_bytes, "registered");
+            Ok(Ok((tx, inbound, r.host_id)))
+        }
+        Ok(Some(other)) => Ok(Err(format!(
+            "the sidecar's first message was not `registered`: {other:?}"
+        ))),
+        Ok(None) => Ok(Err(
+            "the sidecar closed the stream before registering".into()
+        )),
+        Err(status) => classify(&status).map(Err),
+    }
+}
+
 async fn run_session(
     client: &Client,
     dispatcher: &Arc<Dispatcher>,
@@ -299,38 +350,21 @@ async fn run_session(
             why,
         })
     };
-    // A connection of its own, so turns never queue behind the app's outgoing calls.
-    let channel = match connect::eager_channel(client.socket()).await {
-        Ok(c) => c,
-        Err(e) => return retry(e.to_string()),
+    // Dialing and registering are bounded, and a stop asked for meanwhile is heard at once: a
+    // sidecar that accepts the stream but never answers must not hold the app forever.
+    let opened = tokio::select! {
+        r = tokio::time::timeout(REGISTER_TIMEOUT, open_session(client, registration)) => r,
+        () = stopped(stop) => return Ok(SessionEnd::Shutdown),
     };
-    let mut grpc = ActorHostClient::new(channel)
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let (tx, rx) = mpsc::channel::<v1::AppMessage>(1024);
-    tx.send(v1::AppMessage {
-        msg: Some(v1::app_message::Msg::Register(registration)),
-    })
-    .await
-    .expect("the receiver is alive: it is ours");
-    let mut inbound = match grpc.serve(ReceiverStream::new(rx)).await {
-        Ok(r) => r.into_inner(),
-        Err(status) => return retry(classify(&status)?),
-    };
-    let host_id = match inbound.message().await {
-        Ok(Some(v1::SidecarMessage {
-            msg: Some(v1::sidecar_message::Msg::Registered(r)),
-        })) => {
-            tracing::info!(host = %r.host_id, max_payload = r.max_payload_bytes, "registered");
-            r.host_id
-        }
-        Ok(Some(other)) => {
+    let (tx, mut inbound, host_id) = match opened {
+        Ok(Ok(Ok(opened))) => opened,
+        Ok(Ok(Err(why))) => return retry(why),
+        Ok(Err(fatal)) => return Err(fatal),
+        Err(_) => {
             return retry(format!(
-                "the sidecar's first message was not `registered`: {other:?}"
+                "the sidecar did not acknowledge the registration within {REGISTER_TIMEOUT:?}"
             ));
         }
-        Ok(None) => return retry("the sidecar closed the stream before registering".into()),
-        Err(status) => return retry(classify(&status)?),
     };
     dispatcher.set_host_id(&host_id);
     state.send_replace(ServeState::Registered {
