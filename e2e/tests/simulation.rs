@@ -9,7 +9,9 @@
 //!   number of seeds.
 //! * `availability_figures`: crash recovery and handoff times (printed for BENCHMARKS.md).
 
-use sigx_e2e::sim::{self, Scenario, SimConfig, SimReport};
+use sigx_e2e::sim::{self, Promise, Scenario, SimConfig, SimReport};
+use sigx_sidecar::directory::ProtocolFaults;
+use sigx_sidecar::membership::ExpiryCheck;
 use std::time::Instant;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -42,6 +44,13 @@ fn smoke() {
     println!("{}", summary(&r));
     println!("schedule:\n{}", r.schedule);
     println!("took {:?}", t.elapsed());
+    let mut kinds = std::collections::BTreeMap::<String, u64>::new();
+    for e in &r.history {
+        if let sigx_e2e::sim::world::Ev::CallEnd { outcome, .. } = &e.ev {
+            *kinds.entry(outcome.clone()).or_default() += 1;
+        }
+    }
+    println!("outcomes: {kinds:?}");
     if !r.violations.is_empty() {
         println!("{}", r.explain());
     }
@@ -75,4 +84,136 @@ fn replay() {
         a.fingerprint, b.fingerprint,
         "seed {seed} did not replay exactly"
     );
+}
+
+/// Runs every `stride`-th seed of the batch from `part`; fails with the first violation's report.
+fn batch(part: u64, stride: u64) {
+    let count = env_u64("SIGX_SIM_SEEDS").unwrap_or(200);
+    let start = env_u64("SIGX_SIM_SEED_START").unwrap_or(0);
+    let t = Instant::now();
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    let mut i = part;
+    while i < count {
+        let r = sim::run(SimConfig::random(start + i));
+        ran += 1;
+        if std::env::var("SIGX_SIM_VERBOSE").is_ok() {
+            println!("{}", summary(&r));
+        }
+        if !r.violations.is_empty() {
+            println!("{}", r.explain());
+            failures.push(r.seed);
+            if std::env::var("SIGX_SIM_KEEP_GOING").is_err() {
+                break;
+            }
+        }
+        i += stride;
+    }
+    println!(
+        "batch part {part}/{stride}: {ran} seeds from {start} in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(failures.is_empty(), "violations at seeds {failures:?}");
+}
+
+#[test]
+fn batch_0() {
+    batch(0, 4);
+}
+#[test]
+fn batch_1() {
+    batch(1, 4);
+}
+#[test]
+fn batch_2() {
+    batch(2, 4);
+}
+#[test]
+fn batch_3() {
+    batch(3, 4);
+}
+
+/// Debug aid: `SIGX_SIM_SEED=n SIGX_SIM_FROM=ms SIGX_SIM_TO=ms` prints that window of a seed's
+/// whole history.
+#[test]
+#[ignore]
+fn dump() {
+    let seed = env_u64("SIGX_SIM_SEED").unwrap_or(0);
+    let from = env_u64("SIGX_SIM_FROM").unwrap_or(0);
+    let to = env_u64("SIGX_SIM_TO").unwrap_or(u64::MAX);
+    if std::env::var("RUST_LOG").is_ok() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_timer(SimTimer)
+            .with_ansi(false)
+            .with_test_writer()
+            .try_init();
+    }
+    let r = sim::run(SimConfig::random(seed));
+    for e in r.history.iter().filter(|e| e.t_ms >= from && e.t_ms <= to) {
+        println!("{e}");
+    }
+    println!("{}", r.explain());
+}
+
+struct SimTimer;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTimer {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(t) => write!(w, "{:>6}ms", t.as_millis()),
+            None => write!(w, "  driver"),
+        }
+    }
+}
+
+/// Runs seeds of a deliberately broken variant until the checker reports a safety violation;
+/// returns the first such report. Panics when none is found within `max_seeds`.
+fn find_violation(name: &str, max_seeds: u64, make: impl Fn(u64) -> SimConfig) -> SimReport {
+    let t = Instant::now();
+    for seed in 0..max_seeds {
+        let r = sim::run(make(seed));
+        if r.violations.iter().any(|v| v.promise == Promise::Safety) {
+            println!(
+                "{name}: caught at seed {seed} after {} seeds in {:.1}s\n{}",
+                seed + 1,
+                t.elapsed().as_secs_f64(),
+                r.explain()
+            );
+            return r;
+        }
+    }
+    panic!(
+        "{name}: the checker found no safety violation in {max_seeds} seeds: the simulation cannot tell this broken variant from the real protocol"
+    );
+}
+
+#[test]
+fn broken_skip_term_recheck_is_caught() {
+    find_violation("skip_term_recheck", 60, |seed| SimConfig {
+        faults: ProtocolFaults {
+            skip_term_recheck: true,
+            ..ProtocolFaults::default()
+        },
+        ..SimConfig::churn(seed)
+    });
+}
+
+#[test]
+fn broken_collect_ignores_fingerprint_is_caught() {
+    find_violation("collect_ignores_fingerprint", 60, |seed| SimConfig {
+        faults: ProtocolFaults {
+            collect_ignores_fingerprint: true,
+            ..ProtocolFaults::default()
+        },
+        ..SimConfig::churn(seed)
+    });
+}
+
+#[test]
+fn broken_expiry_without_fresh_read_is_caught() {
+    find_violation("expiry_check=TrustLocalJudgement", 60, |seed| SimConfig {
+        expiry_check: ExpiryCheck::TrustLocalJudgement,
+        ..SimConfig::random(seed)
+    });
 }

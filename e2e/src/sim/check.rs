@@ -12,7 +12,7 @@
 //!    the end is what its partition owner names for the actor.
 
 use super::world::{Ev, Event};
-use super::{ANSWER_BOUND_MS, Violation};
+use super::{ANSWER_BOUND_MS, Promise, Violation};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
@@ -112,6 +112,7 @@ pub fn check(
             .find(|t| t.0 > end.0 || (t.0 == end.0 && end.1 != u64::MAX && t.1 > end.1))
         {
             out.push(Violation {
+                promise: Promise::Safety,
                 what: format!(
                     "activation {id} of {} on {} ran a turn at t={}ms after it ended at t={}ms \
                      (deactivated, or its host crashed, fenced, left or its lease lapsed)",
@@ -136,6 +137,7 @@ pub fn check(
                 };
                 if overlap {
                     out.push(Violation {
+                        promise: Promise::Safety,
                         what: format!(
                             "two activations of {actor} overlap: {ia} on {} (t={}..{}ms) and {ib} \
                              on {} (from t={}ms)",
@@ -186,6 +188,7 @@ pub fn check(
             Some((end, outcome)) => {
                 if end.t_ms > bound {
                     out.push(Violation {
+                        promise: Promise::Liveness,
                         what: format!(
                             "call #{id} from {host} to {actor} (t={}ms, deadline {deadline}ms) was \
                              answered {outcome} only at t={}ms",
@@ -196,6 +199,7 @@ pub fn check(
                 }
                 if *probe && start.t_ms >= probe_at && *outcome != "ok" {
                     out.push(Violation {
+                        promise: Promise::Liveness,
                         what: format!(
                             "liveness: after the faults healed and 2×TTL of quiet, {actor} did \
                              not answer a call from {host}: {outcome}"
@@ -208,6 +212,7 @@ pub fn check(
                 let exempt = caller_gone.is_some_and(|c| c <= bound);
                 if !exempt && end_ms > bound {
                     out.push(Violation {
+                        promise: Promise::Liveness,
                         what: format!(
                             "call #{id} from {host} to {actor} (t={}ms, deadline {deadline}ms) \
                              was never answered",
@@ -221,6 +226,7 @@ pub fn check(
     }
     if nobody_serving {
         out.push(Violation {
+            promise: Promise::Liveness,
             what: "liveness: no host was serving after the faults healed and 2×TTL of quiet".into(),
             actor: None,
         });
@@ -237,6 +243,7 @@ pub fn check(
             let expected = format!("{host} ({act})");
             if *found != expected {
                 out.push(Violation {
+                    promise: Promise::Safety,
                     what: format!(
                         "acknowledged registration lost: {actor} is live on {host} as {act} but \
                          its directory owner answers {found}"

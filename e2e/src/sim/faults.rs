@@ -38,6 +38,15 @@ pub enum Fault {
     ResetConnections { slot: usize },
     /// A rolling restart: each serving host in turn is replaced (join, then graceful leave).
     RollingRestart { step_ms: u64 },
+    /// A join that one host's lagging watch does not see for a while (its feed is frozen
+    /// first): views disagree while a partition changes owner.
+    LaggingJoin { slot: usize, dur_ms: u64 },
+    /// A graceful leave while another host's watch lags.
+    LaggingLeave {
+        slot: usize,
+        leaver: usize,
+        dur_ms: u64,
+    },
 }
 
 /// A fault at a time.
@@ -69,10 +78,22 @@ impl fmt::Display for Schedule {
     }
 }
 
+/// Which faults a schedule draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mix {
+    /// Every kind of fault.
+    #[default]
+    All,
+    /// Membership churn while watches lag: joins, leaves, frozen feeds, delays. Where the
+    /// directory's ownership handoff (Rules 1 and 2) is exercised hardest.
+    Churn,
+}
+
 /// Draws a schedule of 1..=`max_faults` faults inside `[from_ms, until_ms)`, with `ttl_ms`
 /// setting the scale of durations (some shorter than the TTL, some longer).
 pub fn random(
     rng: &mut StdRng,
+    mix: Mix,
     from_ms: u64,
     until_ms: u64,
     ttl_ms: u64,
@@ -89,7 +110,19 @@ pub fn random(
         } else {
             rng.random_range(ttl_ms..=(3 * ttl_ms))
         };
-        let fault = match rng.random_range(0..100u32) {
+        let roll = match mix {
+            Mix::All => rng.random_range(0..116u32),
+            // Joins, leaves, partitions, frozen feeds, latency, and the lagging composites.
+            Mix::Churn => [12, 12, 22, 22, 30, 47, 61, 61, 70, 100, 100, 100, 108, 108]
+                [rng.random_range(0..14usize)],
+        };
+        let fault = match roll {
+            100..108 => Fault::LaggingJoin { slot, dur_ms },
+            108..116 => Fault::LaggingLeave {
+                slot,
+                leaver: other,
+                dur_ms,
+            },
             0..12 => Fault::Crash {
                 slot,
                 restart_after_ms: rng.random_bool(0.7).then(|| rng.random_range(50..1500)),
@@ -125,7 +158,9 @@ pub fn random(
             | Fault::StoreOutage { dur_ms }
             | Fault::FreezeFeed { dur_ms, .. }
             | Fault::Latency { dur_ms, .. }
-            | Fault::Suspend { dur_ms, .. } => *dur_ms,
+            | Fault::Suspend { dur_ms, .. }
+            | Fault::LaggingJoin { dur_ms, .. }
+            | Fault::LaggingLeave { dur_ms, .. } => *dur_ms,
             _ => 0,
         };
         let latest = until_ms.saturating_sub(span).max(from_ms + 1);

@@ -77,7 +77,9 @@ impl Locator for DirectoryLocator {
         actor: &ActorId,
         deadline: Instant,
     ) -> Result<Option<String>, ActorError> {
-        Ok(self.0.lookup(actor, deadline).await?.map(|l| l.host))
+        let r = self.0.lookup(actor, deadline).await;
+        tracing::debug!(host = %self.0.self_id(), %actor, ?r, "sim: locate");
+        Ok(r?.map(|l| l.host))
     }
 }
 
@@ -141,6 +143,7 @@ pub async fn run(
     });
     let mut mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
     mcfg.expiry_check = cfg.expiry_check;
+    mcfg.drift_margin = cfg.drift_margin;
     let membership = {
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -160,6 +163,8 @@ pub async fn run(
             }
         }
     };
+
+    shared.record(&me, Ev::Joined { host: id.clone() });
 
     // 3. The directory, fed by the membership views in order.
     let lease_handle = membership.clone();
@@ -206,6 +211,7 @@ pub async fn run(
         },
     );
     let _ = me.directory.set(directory.clone());
+    let _ = me.membership.set(membership.clone());
     let rng_seed = me.seed ^ 0x9e37_79b9_7f4a_7c15;
     let router = Arc::new(Router::new(
         RouterConfig {
@@ -423,8 +429,9 @@ async fn call(p: &Parts, key: u32, deadline: Instant, deadline_ms: u64, probe: b
     );
     let r = p
         .router
-        .call(a, "work".into(), Bytes::from_static(b"x"), deadline)
+        .call(a.clone(), "work".into(), Bytes::from_static(b"x"), deadline)
         .await;
+    tracing::debug!(host = %p.me.id, actor = %a, ?r, "sim: call done");
     let outcome = match &r {
         Ok(_) => "ok".to_string(),
         Err(e) => app::error_name(e),

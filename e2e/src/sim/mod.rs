@@ -62,6 +62,8 @@ pub struct SimConfig {
     pub actors: u32,
     pub beat: Duration,
     pub ttl: Duration,
+    /// Observers' drift margin on top of the TTL before they suspect a peer.
+    pub drift_margin: Duration,
     pub call_deadline: Duration,
     /// Pause between a host's calls, ms (inclusive range).
     pub call_gap_ms: (u64, u64),
@@ -69,6 +71,8 @@ pub struct SimConfig {
     pub turn_ms: (u64, u64),
     pub idle_timeout: Duration,
     pub max_faults: usize,
+    /// Which faults the schedule draws from.
+    pub mix: faults::Mix,
     /// Deliberately broken directory variants (checker tests only).
     pub faults: ProtocolFaults,
     /// Deliberately broken expiry confirmation (checker tests only).
@@ -85,15 +89,17 @@ impl SimConfig {
         SimConfig {
             seed,
             scenario: Scenario::Random,
-            initial_hosts: rng.random_range(3..=5),
+            initial_hosts: rng.random_range(2..=5),
             actors: rng.random_range(4..=12),
             beat: Duration::from_millis(250),
             ttl: Duration::from_millis(1000),
+            drift_margin: Duration::from_millis(250),
             call_deadline: Duration::from_millis(rng.random_range(300..=1500)),
-            call_gap_ms: (3, rng.random_range(15..=60)),
+            call_gap_ms: (10, rng.random_range(30..=80)),
             turn_ms: (0, rng.random_range(1..=15)),
             idle_timeout: Duration::from_millis(rng.random_range(400..=4000)),
             max_faults: 5,
+            mix: faults::Mix::All,
             faults: ProtocolFaults::default(),
             expiry_check: ExpiryCheck::FreshRead,
         }
@@ -109,6 +115,20 @@ impl SimConfig {
             call_gap_ms: (5, 20),
             turn_ms: (0, 3),
             idle_timeout: Duration::from_secs(60),
+            ..SimConfig::random(seed)
+        }
+    }
+
+    /// Membership churn under lagging watches, many short-lived activations: where a broken
+    /// handoff rule shows soonest (the checker tests use it).
+    pub fn churn(seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x00c4_0a11);
+        SimConfig {
+            initial_hosts: rng.random_range(2..=4),
+            actors: 24,
+            call_gap_ms: (3, 15),
+            idle_timeout: Duration::from_millis(rng.random_range(150..=600)),
+            mix: faults::Mix::Churn,
             ..SimConfig::random(seed)
         }
     }
@@ -129,9 +149,19 @@ const PROBE_MS: u64 = 3000;
 /// A fenced host is restarted (as a new incarnation) this long after it fenced.
 const RESTART_FENCED_MS: u64 = 300;
 
+/// Which promise a violation breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Promise {
+    /// Single activation, no lost registration, no conflicting reports.
+    Safety,
+    /// Calls answered in time; actors callable after healing.
+    Liveness,
+}
+
 /// A broken invariant.
 #[derive(Debug, Clone)]
 pub struct Violation {
+    pub promise: Promise,
     pub what: String,
     /// The actor involved, when one is.
     pub actor: Option<String>,
@@ -164,6 +194,8 @@ pub struct SimReport {
     pub calls: u64,
     pub ok_calls: u64,
     pub activations: u64,
+    /// Each host's state at the end.
+    pub hosts_at_end: Vec<String>,
 }
 
 impl SimReport {
@@ -180,6 +212,10 @@ impl SimReport {
         let _ = writeln!(s, "fault schedule:\n{}", self.schedule);
         for v in &self.violations {
             let _ = writeln!(s, "violation: {}", v.what);
+        }
+        let _ = writeln!(s, "hosts at the end:");
+        for h in &self.hosts_at_end {
+            let _ = writeln!(s, "  {h}");
         }
         if let Some(actor) = self.violations.iter().find_map(|v| v.actor.clone()) {
             let _ = writeln!(s, "history of {actor} (and of the hosts):");
@@ -410,6 +446,28 @@ impl<'a> Driver<'a> {
                     self.send(&x, Command::ResetConnections);
                 }
             }
+            Fault::LaggingJoin { slot, dur_ms } => {
+                if let Some(x) = self.slot(slot) {
+                    self.hub.freeze_feed(&x, true);
+                    self.frozen.push(x.clone());
+                    self.at(now + dur_ms, Action::Unfreeze(x));
+                    self.at(now + 20, Action::StartHost);
+                }
+            }
+            Fault::LaggingLeave {
+                slot,
+                leaver,
+                dur_ms,
+            } => {
+                if let (Some(x), Some(y)) = (self.slot(slot), self.slot(leaver))
+                    && x != y
+                {
+                    self.hub.freeze_feed(&x, true);
+                    self.frozen.push(x.clone());
+                    self.at(now + dur_ms, Action::Unfreeze(x));
+                    self.at(now + 20, Action::Leave(y));
+                }
+            }
             Fault::RollingRestart { step_ms } => {
                 let mut t = now;
                 for id in serving {
@@ -540,6 +598,25 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// When a host last started, joined, crashed, fenced or left.
+    fn last_host_event(&self) -> u64 {
+        let h = self.shared.history.lock().expect("history lock");
+        h.iter()
+            .rev()
+            .find(|e| {
+                matches!(
+                    e.ev,
+                    Ev::HostStart { .. }
+                        | Ev::Joined { .. }
+                        | Ev::Crashed { .. }
+                        | Ev::Fenced { .. }
+                        | Ev::Left { .. }
+                )
+            })
+            .map(|e| e.t_ms)
+            .unwrap_or(0)
+    }
+
     fn total_recovering(&self) -> u64 {
         let hosts: Vec<Arc<HostShared>> = self
             .shared
@@ -565,6 +642,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
     let schedule = match cfg.scenario {
         Scenario::Random => faults::random(
             &mut rng,
+            cfg.mix,
             FAULTS_FROM_MS,
             FAULTS_UNTIL_MS,
             cfg.ttl_ms(),
@@ -590,7 +668,12 @@ pub fn run(cfg: SimConfig) -> SimReport {
         }]),
     };
     let sim = turmoil::Builder::new()
-        .tick_duration(Duration::from_millis(1))
+        .tick_duration(Duration::from_millis(
+            std::env::var("SIM_TICK")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1),
+        ))
         .simulation_duration(Duration::from_secs(3600))
         .min_message_latency(Duration::ZERO)
         .max_message_latency(NORMAL_LATENCY)
@@ -692,9 +775,14 @@ pub fn run(cfg: SimConfig) -> SimReport {
     d.run_until(heal_at, |_| false);
     d.heal_all();
     d.shared.load.store(false, Ordering::SeqCst);
-    // Quiet for 2×TTL (restarts of fenced hosts still happen: that is the orchestrator).
-    let quiet_until = heal_at + 2 * cfg.ttl_ms();
-    d.run_until(quiet_until, |_| false);
+    // Quiet: no host started, joined, crashed, fenced or left for 2×TTL (restarts of fenced
+    // hosts still happen meanwhile: that is the orchestrator). Bounded, so a cluster that
+    // never settles is judged too.
+    let quiet = 2 * cfg.ttl_ms();
+    d.run_until(heal_at + 6 * quiet, |d| {
+        let last = d.last_host_event().max(heal_at);
+        d.now() >= last + quiet
+    });
     // Make sure some host serves: if every host fenced, the orchestrator restarts them.
     // Liveness: every actor answers a call from some serving host.
     let probe_at = d.now();
@@ -749,6 +837,14 @@ pub fn run(cfg: SimConfig) -> SimReport {
         .filter(|h| h.life() != Life::Crashed)
         .filter_map(|h| h.directory.get().map(|d| d.counters().conflicting_reports))
         .sum();
+    let hosts_at_end: Vec<String> = d
+        .shared
+        .hosts
+        .lock()
+        .expect("hosts lock")
+        .values()
+        .map(|h| h.describe())
+        .collect();
     let history = std::mem::take(&mut *d.shared.history.lock().expect("history lock"));
     let lapses: BTreeMap<String, Option<u64>> = d
         .shared
@@ -761,6 +857,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
     let mut violations = check::check(&history, &lapses, d.now(), probe_at, serving.is_empty());
     if conflicting > 0 {
         violations.push(Violation {
+            promise: Promise::Safety,
             what: format!(
                 "{conflicting} conflicting Collect report(s): an actor reported live on two hosts"
             ),
@@ -794,5 +891,6 @@ pub fn run(cfg: SimConfig) -> SimReport {
         calls,
         ok_calls,
         activations,
+        hosts_at_end,
     }
 }

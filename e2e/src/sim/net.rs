@@ -119,7 +119,9 @@ pub struct SimConnector {
 #[async_trait::async_trait]
 impl Connector for SimConnector {
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
-        let stream = turmoil::net::TcpStream::connect(addr.to_string()).await?;
+        let r = turmoil::net::TcpStream::connect(addr.to_string()).await;
+        tracing::debug!(addr, ok = r.is_ok(), "sim: connect");
+        let stream = r?;
         Ok(Box::new(self.resets.wrap(stream)))
     }
 }

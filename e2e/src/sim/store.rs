@@ -33,11 +33,12 @@ impl SimProvider {
         let _ = rx.wait_for(|s| !*s).await;
     }
 
-    fn lease_write_started(&self) -> u64 {
+    fn lease_write_started(&self, arm: bool) -> u64 {
         let start = self.host.eff_now(&self.shared);
         let mut lease = self.host.lease.lock().expect("lease lock");
-        if lease.lapse_ms.is_none() {
-            // `arm()` comes before the first write: the first window counts from here.
+        if arm || lease.lapse_ms.is_none() {
+            // `arm()` comes right before every join write (and a failed join disarms): the
+            // window counts from here.
             lease.lapse_ms = Some(start + self.ttl.as_millis() as u64);
         }
         start
@@ -61,7 +62,7 @@ impl MembershipProvider for SimProvider {
     }
 
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
-        let start = self.lease_write_started();
+        let start = self.lease_write_started(true);
         self.unfrozen().await;
         let r = self.inner.join(descriptor, ttl).await;
         if r.is_ok() {
@@ -71,7 +72,7 @@ impl MembershipProvider for SimProvider {
     }
 
     async fn renew(&self, descriptor: &HostDescriptor) -> Result<u64, ProviderError> {
-        let start = self.lease_write_started();
+        let start = self.lease_write_started(false);
         self.unfrozen().await;
         let r = self.inner.renew(descriptor).await;
         if r.is_ok() {

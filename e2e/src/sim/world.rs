@@ -3,6 +3,7 @@
 //! deterministic order, so plain mutexes are enough.
 
 use sigx_sidecar::directory::Directory;
+use sigx_sidecar::membership::MembershipHandle;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -14,6 +15,10 @@ use tokio::sync::{mpsc, watch};
 pub enum Ev {
     /// A host started (a new incarnation).
     HostStart {
+        host: String,
+    },
+    /// Its membership join succeeded.
+    Joined {
         host: String,
     },
     /// The app received the Activate turn of `act`.
@@ -139,6 +144,7 @@ pub struct HostShared {
     pub cmd_rx: Mutex<Option<mpsc::UnboundedReceiver<Command>>>,
     pub life: Mutex<Life>,
     pub directory: OnceLock<Directory>,
+    pub membership: OnceLock<MembershipHandle>,
     /// Held links this host's suspend installed (released on resume).
     pub held: Mutex<Vec<String>>,
 }
@@ -157,6 +163,7 @@ impl HostShared {
             cmd_rx: Mutex::new(Some(cmd_rx)),
             life: Mutex::new(Life::Starting),
             directory: OnceLock::new(),
+            membership: OnceLock::new(),
             held: Mutex::default(),
         })
     }
@@ -273,5 +280,34 @@ fn pair(a: &str, b: &str) -> (String, String) {
         (a.to_string(), b.to_string())
     } else {
         (b.to_string(), a.to_string())
+    }
+}
+
+impl HostShared {
+    /// One line about the host's state, for reports.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{} {:?}", self.id, self.life());
+        if let Some(m) = self.membership.get() {
+            let v = m.view();
+            let hosts: Vec<String> = v
+                .hosts()
+                .iter()
+                .map(|h| format!("{}:{}", h.id, h.status.as_str()))
+                .collect();
+            s += &format!(
+                " view v{} [{}] fence={:?}",
+                v.version,
+                hosts.join(" "),
+                m.fence_state()
+            );
+        }
+        if let Some(d) = self.directory.get() {
+            let c = d.counters();
+            s += &format!(
+                " recovering={} entries={} collections={}",
+                c.partitions_recovering, c.entries, c.collections_run
+            );
+        }
+        s
     }
 }
