@@ -36,7 +36,11 @@ async fn a_rolling_restart_under_load_loses_no_call() {
     assert!(report.sent > 200, "the load ran: {}", report.sent);
     assert_eq!(report.failed(), 0, "{}", report.render());
     assert!(report.ambiguous_by_kind.is_empty(), "{}", report.render());
-    assert!(report.duplicate_activations.is_empty(), "{}", report.render());
+    assert!(
+        report.duplicate_activations.is_empty(),
+        "{}",
+        report.render()
+    );
     assert!(report.ledger_problems.is_empty(), "{}", report.render());
 }
 
@@ -47,24 +51,35 @@ async fn kill_9_under_load_never_duplicates_and_actors_return_within_ttl() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     fleet.kill9(1).await;
     let killed_at = Instant::now();
-    // Every actor is callable again within TTL + 1 s.
+    // Every actor is callable again within TTL + 1 s: each one probed concurrently, its time
+    // taken when its first call after the kill succeeds.
     let c = client(&fleet.pods[0].socket).with_timeout(Duration::from_secs(3));
-    let mut back = false;
-    while killed_at.elapsed() < fleet.ttl() + Duration::from_secs(1) {
-        let mut all = true;
-        for k in 0..COUNTERS {
-            if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &()).await.is_err() {
-                all = false;
-                break;
-            }
-        }
-        if all {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let probes: Vec<_> = (0..COUNTERS)
+        .map(|k| {
+            let c = c.clone();
+            tokio::spawn(async move {
+                loop {
+                    if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &())
+                        .await
+                        .is_ok()
+                    {
+                        return killed_at.elapsed();
+                    }
+                    if killed_at.elapsed() > Duration::from_secs(10) {
+                        return Duration::MAX;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for p in probes {
+        slowest = slowest.max(p.await.unwrap());
     }
-    let back_after = killed_at.elapsed();
+    let back = slowest != Duration::MAX;
+    let back_after = slowest;
+    let fleet_ttl = fleet.ttl();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let ledger = load.stop().await;
     let finals = read_finals(&c, &actors()).await;
@@ -74,19 +89,32 @@ async fn kill_9_under_load_never_duplicates_and_actors_return_within_ttl() {
         &finals,
         trace::duplicate_activations(&fleet.trace_file()),
     );
-    report.notes.push(format!("every actor callable again {back_after:?} after the kill"));
+    report.notes.push(format!(
+        "every actor callable again {back_after:?} after the kill"
+    ));
     println!("{}", report.render());
     fleet.shutdown().await;
-    assert!(back, "actors not all callable within TTL + 1 s ({back_after:?})");
-    assert!(report.duplicate_activations.is_empty(), "{}", report.render());
-    // Failures only of the kinds a crash may cause: calls in flight on the killed host.
-    for kind in report.failed_by_kind.keys() {
-        assert!(
-            kind == &ErrorKind::Activation.to_string() || kind == &ErrorKind::Unreachable.to_string(),
-            "unexpected failure kind {kind}: {}",
+    assert!(
+        back && back_after <= fleet_ttl + Duration::from_secs(1),
+        "actors not all callable within TTL + 1 s ({back_after:?})"
+    );
+    assert!(
+        report.duplicate_activations.is_empty(),
+        "{}",
+        report.render()
+    );
+    // No call fails: a crash only delays the calls that never ran (unreachable is retried once
+    // membership drops the host). Only calls in flight on the killed host may end ambiguous.
+    assert_eq!(report.failed(), 0, "{}", report.render());
+    for kind in report.ambiguous_by_kind.keys() {
+        assert_eq!(
+            kind,
+            &ErrorKind::OutcomeUnknown.to_string(),
+            "{}",
             report.render()
         );
     }
+    assert!(report.ledger_problems.is_empty(), "{}", report.render());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,7 +122,10 @@ async fn a_host_suspended_past_its_ttl_fences_on_resume_and_never_serves_again()
     let mut fleet = Fleet::start(FleetConfig::default()).await;
     let c0 = client(&fleet.pods[0].socket).with_timeout(Duration::from_secs(5));
     for k in 0..COUNTERS {
-        let _: i64 = c0.call_json("Counter", &format!("c{k}"), "increment", &1).await.unwrap();
+        let _: i64 = c0
+            .call_json("Counter", &format!("c{k}"), "increment", &1)
+            .await
+            .unwrap();
     }
     let victim = 2;
     let victim_id = fleet.pods[victim].id.clone();
@@ -102,7 +133,10 @@ async fn a_host_suspended_past_its_ttl_fences_on_resume_and_never_serves_again()
     tokio::time::sleep(fleet.ttl() * 3).await;
     // Meanwhile the survivors serve every actor.
     for k in 0..COUNTERS {
-        let _: i64 = c0.call_json("Counter", &format!("c{k}"), "increment", &1).await.unwrap();
+        let _: i64 = c0
+            .call_json("Counter", &format!("c{k}"), "increment", &1)
+            .await
+            .unwrap();
     }
     let resumed_ns = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     let resumed_ns = resumed_ns.tv_sec as u64 * 1_000_000_000 + resumed_ns.tv_nsec as u64;
@@ -119,10 +153,16 @@ async fn a_host_suspended_past_its_ttl_fences_on_resume_and_never_serves_again()
     assert_eq!(live, Some(503), "the resumed host reports fenced on /livez");
     // Its own app's calls answer fenced.
     let cv = client(&fleet.pods[victim].socket).with_timeout(Duration::from_secs(2));
-    let e = cv.call_json::<_, i64>("Counter", "c1", "increment", &1).await.unwrap_err();
+    let e = cv
+        .call_json::<_, i64>("Counter", "c1", "increment", &1)
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Fenced, "{e}");
     for k in 0..COUNTERS {
-        let _: i64 = c0.call_json("Counter", &format!("c{k}"), "increment", &1).await.unwrap();
+        let _: i64 = c0
+            .call_json("Counter", &format!("c{k}"), "increment", &1)
+            .await
+            .unwrap();
     }
     // No turn ran on the victim after it resumed, and no activation was duplicated.
     let text = std::fs::read_to_string(fleet.trace_file()).unwrap();

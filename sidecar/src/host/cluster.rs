@@ -222,7 +222,10 @@ pub(crate) async fn bring_up(b: BringUp) {
     descriptor.started_at_unix_ms = opts.clock.wall_unix_ms();
 
     // 2. Join as joining.
-    let mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
+    let mut mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
+    // The drift margin covers clock *rate* differences between machines, which scale with the
+    // interval measured: a tenth of the TTL, at most the default second.
+    mcfg.drift_margin = (cfg.ttl / 10).min(mcfg.drift_margin);
     let membership = {
         let mut backoff = Duration::from_millis(100);
         loop {

@@ -25,6 +25,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The first pause before retrying a host that refused the connection while still in the view.
+const UNREACHABLE_WAIT_MIN: Duration = Duration::from_millis(25);
+/// The longest such pause.
+const UNREACHABLE_WAIT_MAX: Duration = Duration::from_millis(400);
+
 /// Where the directory says an actor lives.
 #[async_trait]
 pub trait Locator: Send + Sync + 'static {
@@ -274,13 +279,19 @@ impl Router {
         }
         let mut retries = 0u32;
         let mut hint: Option<String> = None;
+        let mut unreachable_wait = Duration::ZERO;
         loop {
             let view = self.membership.view();
+            let mut last_target = None;
             let outcome = match self.resolve(&view, actor, hint.take(), deadline).await {
-                Ok(host) => self
-                    .attempt(&view, &host, actor, method, &payload, deadline)
-                    .await
-                    .inspect(|_| self.routes.put(&view, actor, &host)),
+                Ok(host) => {
+                    let r = self
+                        .attempt(&view, &host, actor, method, &payload, deadline)
+                        .await
+                        .inspect(|_| self.routes.put(&view, actor, &host));
+                    last_target = Some(host);
+                    r
+                }
                 Err(e) => Err(e),
             };
             let err = match outcome {
@@ -295,6 +306,28 @@ impl Router {
                         "call {actor}.{method} passed its deadline while routing (last answer: {err})"
                     ))
                 });
+            }
+            // A host that refuses connections but is still in the view has most likely crashed
+            // and not yet expired: its actors move once membership drops it (TTL + margin). The
+            // call never ran, so wait for that within the deadline instead of spending the
+            // retries in a few milliseconds and failing a call a crash should only delay.
+            if err.kind == ErrorKind::Unreachable
+                && let Some(host) = &last_target
+                && host.as_str() != &*self.me
+                && self.membership.view().get(host).is_some()
+            {
+                self.counters
+                    .transient_waits
+                    .fetch_add(1, Ordering::Relaxed);
+                self.routes.evict(actor);
+                unreachable_wait =
+                    (unreachable_wait * 2).clamp(UNREACHABLE_WAIT_MIN, UNREACHABLE_WAIT_MAX);
+                let membership = self.membership.clone();
+                tokio::spawn(async move {
+                    let _ = membership.refresh().await;
+                });
+                tokio::time::sleep_until((Instant::now() + unreachable_wait).min(deadline)).await;
+                continue;
             }
             // A transient answer (handoff in progress): wait within the deadline, spend no retry.
             if let Some(after) = err.retry_after
