@@ -244,6 +244,9 @@ fn claim_dir(dir: &Path) -> Result<PathBuf, UpError> {
         && pid != std::process::id() as i32
         && let Some(pid) = rustix::process::Pid::from_raw(pid)
         && rustix::process::test_kill_process(pid).is_ok()
+        // A pid left by a run that died may since belong to an unrelated process.
+        && std::fs::read_to_string(format!("/proc/{}/comm", pid.as_raw_nonzero()))
+            .is_ok_and(|comm| comm.trim() == "sigx")
     {
         return Err(UpError::Usage(format!(
             "another `sigx dev up` (pid {}) is using {}: stop it first, or pass another --dir",
