@@ -612,3 +612,29 @@ async fn a_slow_join_alone_does_not_fence() {
     assert_eq!(h.fence_state(), None);
     assert!(h.counters().beats >= 3);
 }
+
+/// A worker-only host cut off past its TTL is expired by its peers (record deleted); once it can
+/// reach the store again it rejoins under the same id and the peers take it back (the
+/// expiry's tombstone does not hide the new record).
+#[tokio::test(start_paused = true)]
+async fn an_expired_worker_comes_back_after_the_partition_heals() {
+    let hub = MemoryHub::new();
+    let [a, b, c] = three(&hub, false).await;
+    hub.isolate("c");
+    wait_gone(&a, "c", TTL * 2).await;
+    wait_gone(&b, "c", TTL * 2).await;
+    assert!(hub.record("c").is_none(), "a peer deleted the record");
+    assert_eq!(c.fence_state(), None);
+    assert_eq!(c.counters().rejoin_attempts, 1);
+    assert_eq!(c.counters().rejoins, 0, "the store is still out of reach");
+    hub.heal("c");
+    for s in [&a, &b, &c] {
+        s.wait_for_view(TTL * 2, |v| {
+            v.get("c").is_some_and(|d| d.status == HostStatus::Active)
+        })
+        .await
+        .expect("c is back");
+    }
+    assert_eq!(c.counters().rejoins, 1);
+    assert!(c.is_self_active());
+}

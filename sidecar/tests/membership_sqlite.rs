@@ -244,6 +244,50 @@ async fn broken_variant_without_the_fresh_read_expires_a_live_host() {
     assert!(b.view().get("b").is_some());
 }
 
+/// An observer whose cursor fell behind the compacted change log reads a consistent snapshot
+/// (this store's 410 Gone), and a current cursor reads exactly the changes after it.
+#[tokio::test]
+async fn a_cursor_older_than_the_compacted_log_reads_a_snapshot() {
+    let dir = TempDir::new("compact");
+    let writer = SqliteProvider::open(&opts(&dir.db()), "w").unwrap();
+    let observer = SqliteProvider::open(&opts(&dir.db()), "o").unwrap();
+    let d = descriptor("w", false);
+    writer.join(&d, TTL).await.unwrap();
+    let early = observer.changes_since(None).await.unwrap().cursor();
+    // More renewals than the log keeps.
+    for _ in 0..5000 {
+        writer.renew(&d).await.unwrap();
+    }
+    match observer.changes_since(Some(early)).await.unwrap() {
+        ChangeBatch::Snapshot { records, cursor } => {
+            assert_eq!(records.len(), 1);
+            assert_eq!(
+                records[0].version, cursor,
+                "the snapshot is the state at its cursor"
+            );
+        }
+        other => panic!(
+            "expected a snapshot, got {} changes",
+            match other {
+                ChangeBatch::Changes { changes, .. } => changes.len(),
+                _ => 0,
+            }
+        ),
+    }
+    let now = observer.changes_since(None).await.unwrap().cursor();
+    writer.renew(&d).await.unwrap();
+    writer.withdraw().await.unwrap();
+    match observer.changes_since(Some(now)).await.unwrap() {
+        ChangeBatch::Changes { changes, cursor } => {
+            assert_eq!(changes.len(), 2);
+            assert!(
+                matches!(changes[1], sigx_sidecar::membership::Change::Delete { ref id, version } if id == "w" && version == cursor)
+            );
+        }
+        ChangeBatch::Snapshot { .. } => panic!("a current cursor must read the changes"),
+    }
+}
+
 #[test]
 fn an_unusable_path_is_a_named_error() {
     let dir = TempDir::new("badpath");
