@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench sim clean-demo
+.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
 
 all: build
 
@@ -53,10 +53,16 @@ lint:
 crds:
 	$(CARGO) run -p sigx-crds --bin crdgen
 
-## bench: latency/throughput next to raw tonic baselines measured in the same run.
+## bench: latency/throughput next to raw tonic baselines measured in the same run, HMAC,
+## directory and membership figures. See BENCHMARKS.md.
 bench:
 	$(CARGO) bench -p sigx-sidecar
-	@if [ -f e2e/benches/call.rs ]; then $(CARGO) bench -p sigx-e2e; fi
+	$(CARGO) bench -p sigx-e2e --bench call
+
+## bench-chaos: the chaos scenarios at benchmark size on release binaries (>= 100k calls).
+bench-chaos:
+	$(CARGO) build --release --bins
+	SIGX_BIN_DIR=$(RELEASE_BIN) $(CARGO) bench -p sigx-e2e --bench chaos
 
 ## sim: deterministic simulation. `make sim SEED=n` replays one seed; `make sim SEEDS=n SEED_START=m` runs a batch.
 sim:
