@@ -83,7 +83,6 @@ impl MemoryHub {
         Arc::new(MemoryProvider {
             hub: self.clone(),
             host_id: host_id.into(),
-            own_version: AtomicU64::new(0),
             feed_reads: AtomicU64::new(0),
             fresh_reads: AtomicU64::new(0),
         })
@@ -168,7 +167,6 @@ impl MemoryHub {
 pub struct MemoryProvider {
     hub: MemoryHub,
     host_id: String,
-    own_version: AtomicU64,
     feed_reads: AtomicU64,
     fresh_reads: AtomicU64,
 }
@@ -206,7 +204,6 @@ impl MemoryProvider {
         };
         s.leases.insert(descriptor.id.clone(), record.clone());
         let seq = s.record(Change::Upsert(record));
-        self.own_version.store(seq, Ordering::SeqCst);
         self.hub.inner.writes.fetch_add(1, Ordering::Relaxed);
         seq
     }

@@ -99,7 +99,6 @@ pub struct SqliteProvider {
     host_id: String,
     path: PathBuf,
     poll_interval: Duration,
-    own_version: AtomicU64,
     poller: OnceLock<JoinHandle<()>>,
     feed_reads: AtomicU64,
 }
@@ -244,7 +243,6 @@ impl SqliteProvider {
             host_id: host_id.into(),
             path: opts.path.clone(),
             poll_interval: opts.poll_interval,
-            own_version: AtomicU64::new(0),
             poller: OnceLock::new(),
             feed_reads: AtomicU64::new(0),
         }))
@@ -350,7 +348,6 @@ impl SqliteProvider {
             .await?;
         match outcome {
             WriteOutcome::Written(seq) => {
-                self.own_version.store(seq, Ordering::SeqCst);
                 self.announce(seq);
                 Ok(seq)
             }
