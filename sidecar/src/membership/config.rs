@@ -12,7 +12,8 @@ pub struct MembershipConfig {
     /// Must exceed 2× `beat`, so one lost beat never fences a host.
     pub ttl: Duration,
     /// Added to a peer's TTL before this host suspects it, for clock-rate differences between
-    /// machines (default 1 s). Peers then still confirm with a fresh read before expiring.
+    /// machines and scheduling jitter (default: a tenth of the TTL, at most 1 s). Peers then
+    /// still confirm with a fresh read before expiring.
     pub drift_margin: Duration,
     /// Trailing window of refresh coalescing (default 0 = leading edge only, single-flight).
     pub coalesce: Duration,
@@ -41,7 +42,7 @@ impl Default for MembershipConfig {
         MembershipConfig {
             beat: Duration::from_secs(5),
             ttl: Duration::from_secs(15),
-            drift_margin: Duration::from_secs(1),
+            drift_margin: default_drift(Duration::from_secs(15)),
             coalesce: Duration::ZERO,
             rejoin_backoff_max: Duration::from_secs(30),
             expiry_check: ExpiryCheck::FreshRead,
@@ -69,11 +70,13 @@ pub enum MembershipConfigError {
 }
 
 impl MembershipConfig {
-    /// A config with this beat and TTL and the other defaults.
+    /// A config with this beat and TTL, the drift margin scaled to the TTL, and the other
+    /// defaults.
     pub fn with_timing(beat: Duration, ttl: Duration) -> Self {
         MembershipConfig {
             beat,
             ttl,
+            drift_margin: default_drift(ttl),
             ..Default::default()
         }
     }
@@ -97,6 +100,11 @@ impl MembershipConfig {
     pub(crate) fn rejoin_backoff_initial(&self) -> Duration {
         (self.beat / 2).max(Duration::from_millis(10))
     }
+}
+
+/// A tenth of the TTL, at most 1 s: clock-rate error grows with the time measured.
+fn default_drift(ttl: Duration) -> Duration {
+    (ttl / 10).min(Duration::from_secs(1))
 }
 
 /// TTL must exceed 2× beat and beat must be positive.
