@@ -341,7 +341,7 @@ impl Inner {
                 // A write confirmed after the old deadline does not save the host.
                 if let Err(reason) = self.hb.check() {
                     self.lapse(reason.clone());
-                    return Err(MembershipError::Fenced(reason));
+                    return Err(self.lapse_error(reason));
                 }
                 self.hb.confirmed();
                 bump(&self.counters.beats);
@@ -351,7 +351,7 @@ impl Inner {
                 bump(&self.counters.beat_failures);
                 self.hb.lost(cause.clone());
                 self.lapse(FenceReason::Lost(cause.clone()));
-                Err(MembershipError::Fenced(FenceReason::Lost(cause)))
+                Err(self.lapse_error(FenceReason::Lost(cause)))
             }
             Ok(Err(e)) => {
                 bump(&self.counters.beat_failures);
@@ -370,6 +370,16 @@ impl Inner {
                     after: timeout,
                 })
             }
+        }
+    }
+
+    /// What a write that ran into a lapse reports: a stateful host fenced, a worker-only one
+    /// is rejoining.
+    fn lapse_error(&self, reason: FenceReason) -> MembershipError {
+        if self.stateful {
+            MembershipError::Fenced(reason)
+        } else {
+            MembershipError::Rejoining(reason)
         }
     }
 

@@ -46,6 +46,9 @@ pub enum MembershipError {
     /// This host fenced itself: terminal.
     #[error("this host is fenced ({0}); restart it to rejoin under a new id")]
     Fenced(FenceReason),
+    /// This worker-only host's lease lapsed; it is rejoining under the same id.
+    #[error("this worker-only host's lease lapsed ({0}); it is rejoining under the same id")]
+    Rejoining(FenceReason),
     /// This host left membership.
     #[error("this host has left membership")]
     Left,
