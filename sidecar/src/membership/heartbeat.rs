@@ -77,6 +77,8 @@ impl fmt::Display for FenceReason {
     }
 }
 
+impl std::error::Error for FenceReason {}
+
 #[derive(Debug, Clone, Copy)]
 struct Stamp {
     mono: Instant,

@@ -4,6 +4,36 @@
 //! [`kubernetes`] (one `coordination.k8s.io/v1` Lease per host).
 //!
 //! The rest of the sidecar holds a [`MembershipHandle`] returned by [`start`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use sigx_sidecar::membership::*;
+//! let hub = MemoryHub::new();
+//! let descriptor = HostDescriptor::new(
+//!     "engine-0-a1b2",
+//!     "10.0.0.7:7400",
+//!     Some(vec!["Counter".into()]),
+//!     Some(vec!["Counter".into()]),
+//! );
+//! let membership = start(
+//!     hub.provider("engine-0-a1b2"),
+//!     descriptor,
+//!     MembershipConfig::default(),
+//!     sigx_sidecar::clock::system(),
+//! )
+//! .await?;
+//! membership.set_status(HostStatus::Active).await?;
+//! // Before every activation, turn dispatch and Collect answer:
+//! membership.check_lease()?;
+//! let owners = membership.view().active_stateful_ids().len();
+//! # let _ = owners;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every provider stores one lease record per host with compare-and-swap writes and an ordered
+//! change feed; the engine in [`handle`] drives them all alike (heartbeat, views, expiry
+//! judgement, fencing, rejoining, coalescing), so the semantics exist once.
 
 pub mod coalesce;
 pub mod config;
