@@ -15,7 +15,10 @@
 //!   precondition.
 //!
 //! Watch fan-out: every host watches every Lease, so each renewal is delivered to all N hosts:
-//! N²/beat watch events per second across the fleet.
+//! N²/beat watch events per second across the fleet. Measured on the API test double at the
+//! default beat of 5 s (`cargo test -p sigx-e2e --test membership_kubernetes watch_fan_out --
+//! --ignored --nocapture`): 20, 500 and 1966 events/s at 10, 50 and 100 hosts, against 2, 10 and
+//! 19.6 Lease updates/s. Past a few hundred hosts, raise the beat (and the TTL with it).
 //!
 //! The API server is the membership store, so an API outage longer than the TTL fences every
 //! stateful host (none can prove its lease), by design: a host that cannot renew cannot know
