@@ -835,3 +835,28 @@ async fn watching_all_namespaces_keeps_clusters_apart() {
     }
     task.abort();
 }
+
+#[tokio::test]
+async fn a_stalled_api_server_delays_the_operator_but_loses_nothing() {
+    let h = Harness::start().await;
+    h.apply_examples().await;
+    let _: Deployment = eventually("the engine Deployment", || h.get("engine")).await;
+
+    // Requests from the operator hang (a black-holed connection) while others still write.
+    h.double.partition("operator", Mode::Stalling);
+    let mut late: ActorRole = example("role-web.yaml");
+    late.metadata.name = Some("late".into());
+    h.api::<ActorRole>()
+        .create(&PostParams::default(), &late)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert!(
+        h.get::<Deployment>("late").await.is_none(),
+        "a stalled operator cannot act"
+    );
+    assert!(!h.operator.is_finished());
+
+    h.double.partition("operator", Mode::Serving);
+    eventually("the late role's Deployment", || h.get::<Deployment>("late")).await;
+}
