@@ -197,11 +197,13 @@ async fn a_lease_taken_over_by_another_holder_fences_its_host() {
         .patch("a", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
+    let t0 = Instant::now();
     let mut fenced = a.fenced_signal();
     tokio::time::timeout(Duration::from_secs(2), fenced.wait_for(|r| r.is_some()))
         .await
         .expect("a fenced")
         .unwrap();
+    assert!(t0.elapsed() < TTL, "{:?}", t0.elapsed());
     assert!(
         matches!(a.fence_state(), Some(FenceReason::Lost(ref c)) if format!("{c:?}").contains("someone-else")),
         "{:?}",

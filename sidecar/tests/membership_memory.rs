@@ -638,3 +638,33 @@ async fn an_expired_worker_comes_back_after_the_partition_heals() {
     assert_eq!(c.counters().rejoins, 1);
     assert!(c.is_self_active());
 }
+
+/// Our record, written by another holder, arrives through our own feed: proof of loss, acted on
+/// at once rather than at the next renewal.
+#[tokio::test(start_paused = true)]
+async fn a_record_taken_over_by_another_holder_fences_at_once() {
+    let hub = MemoryHub::new();
+    let [a, _b, c] = three(&hub, true).await;
+    let beats = c.counters().beats;
+    assert!(hub.take_over("c", "impostor"));
+    let mut fenced = c.fenced_signal();
+    tokio::time::timeout(Duration::from_millis(1), fenced.wait_for(|r| r.is_some()))
+        .await
+        .expect("fenced before any beat")
+        .unwrap();
+    assert_eq!(
+        c.fence_state(),
+        Some(FenceReason::Lost(LostCause::HolderChanged {
+            holder: "impostor".into()
+        }))
+    );
+    assert_eq!(
+        c.counters().beats,
+        beats,
+        "no renewal was needed to find out"
+    );
+    // The fenced host does not delete a record that is not its own.
+    tokio::time::sleep(BEAT * 2).await;
+    assert_eq!(hub.record("c").unwrap().holder, "impostor");
+    assert!(a.view().get("c").is_some());
+}

@@ -452,6 +452,18 @@ impl Inner {
         match change {
             Change::Upsert(record) => {
                 let id = record.id().to_string();
+                if id == self.self_id
+                    && record.holder != self.self_id
+                    && record.version >= self.own_version.load(Ordering::SeqCst)
+                    && self.phase() == Phase::Serving
+                {
+                    // Our record, now held by someone else: proof of loss, at once.
+                    let cause = LostCause::HolderChanged {
+                        holder: record.holder.clone(),
+                    };
+                    self.hb.lost(cause.clone());
+                    self.lapse(FenceReason::Lost(cause));
+                }
                 if let Some(&gone_at) = obs.tombstones.get(&id) {
                     if record.version <= gone_at {
                         return false;

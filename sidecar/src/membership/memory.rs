@@ -7,6 +7,7 @@
 //! * [`MemoryHub::expire`]: a TTL lapse nobody is told about: the record vanishes from the store
 //!   without a change-log entry. The host finds out at its next write; peers find out through
 //!   their own expiry judgement and the fresh read. The one worth reaching for.
+//! * [`MemoryHub::take_over`]: another holder writes the record.
 //! * [`MemoryHub::isolate`]: the host cannot reach the store (its writes and reads fail).
 //! * [`MemoryHub::set_outage`]: nobody can reach the store.
 //! * [`MemoryHub::freeze_feed`]: the host's change feed stops advancing (a lagging watch) while
@@ -108,6 +109,24 @@ impl MemoryHub {
             id: host_id.to_string(),
             version: seq_now,
         });
+        drop(s);
+        self.notify(seq);
+        true
+    }
+
+    /// Someone else takes the record over (as a misconfigured duplicate or an operator might):
+    /// written through the change log with `holder` as its holder.
+    pub fn take_over(&self, host_id: &str, holder: &str) -> bool {
+        let mut s = self.lock();
+        let Some(mut record) = s.leases.get(host_id).cloned() else {
+            return false;
+        };
+        s.seq += 1;
+        record.holder = holder.to_string();
+        record.version = s.seq;
+        record.renew = s.seq.to_string();
+        s.leases.insert(host_id.to_string(), record.clone());
+        let seq = s.record(Change::Upsert(record));
         drop(s);
         self.notify(seq);
         true
