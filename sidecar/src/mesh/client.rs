@@ -213,6 +213,8 @@ impl MeshClient {
             }
         });
         let ch = endpoint.connect_with_connector_lazy(svc);
+        // A host id keeps one address for its life; a new address means a stale entry.
+        pool.retain(|(id, _), _| id != peer.id);
         pool.insert(key, ch.clone());
         Ok(ch)
     }

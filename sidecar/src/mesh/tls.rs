@@ -285,8 +285,13 @@ impl TlsListener {
     pub fn new<L: Listener>(mut inner: L, tls: Arc<MeshTls>, handshake_timeout: Duration) -> Self {
         let (tx, rx) = mpsc::channel(64);
         let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+        // Handshakes in progress at most: unauthenticated sockets cost CPU until proven.
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(256));
         let task = tokio::spawn(async move {
             loop {
+                let Ok(permit) = handshakes.clone().acquire_owned().await else {
+                    return;
+                };
                 let (io, remote) = match inner.accept().await {
                     Ok(c) => c,
                     Err(e) => {
@@ -298,6 +303,7 @@ impl TlsListener {
                 let acceptor = acceptor.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _permit = permit;
                     match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
                         Ok(Ok(stream)) => {
                             let _ = tx.send((Box::new(stream) as BoxedIo, remote)).await;
