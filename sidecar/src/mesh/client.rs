@@ -192,7 +192,9 @@ impl MeshClient {
             })?
             .http2_keep_alive_interval(self.config.keepalive_interval)
             .keep_alive_timeout(self.config.keepalive_interval * 2)
-            .keep_alive_while_idle(false);
+            // Pings on idle pooled connections too: a peer whose machine vanished (no FIN, no RST)
+            // is found before the next call waits out its whole deadline on a dead socket.
+            .keep_alive_while_idle(true);
         let connector = self.connector.clone();
         let addr = peer.advertise.to_owned();
         let timeout = self.config.connect_timeout;
