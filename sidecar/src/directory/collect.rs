@@ -249,8 +249,7 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
             let host = inner.host_number(host);
             // Every reporter is in the agreed view by construction (it answered under the same
             // fingerprint), so nothing here names a host absent from it.
-            part.table
-                .insert(&inner.hasher, &ty, &key, host.clone(), act);
+            part.table.insert(&inner.hasher, &ty, &key, host, act);
         }
         part.state = OwnerState::Ready { term: part.term };
     }
