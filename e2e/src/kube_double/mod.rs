@@ -10,8 +10,19 @@
 //! apply patches (with field-ownership conflicts), and `meta/v1` Status error bodies.
 //!
 //! An outage switch ([`Mode`]) makes every request fail with 503 (and cuts open watches) or
-//! hang until switched back; [`KubeDouble::stats`] counts requests by verb and watch events
-//! sent, which is how the Lease provider's watch fan-out is measured.
+//! hang until switched back — for everyone ([`KubeDouble::fail`], [`KubeDouble::stall`]) or for
+//! one named client only ([`KubeDouble::client_named`] + [`KubeDouble::partition`]: a host or
+//! operator cut off while the rest of the world keeps writing). [`KubeDouble::stats`] counts
+//! requests by verb and by client, and watch events sent (the fan-out, summed over watchers),
+//! which is how the Lease provider's fan-out and the operator's API load are measured.
+//!
+//! Write semantics follow the API server where clients can tell: a write that changes
+//! nothing consumes no resourceVersion and sends no event (controllers rely on this not to
+//! loop); `metadata.generation` moves only with changes outside metadata and status; writes to
+//! the main resource keep `status`, writes to `/status` change only `status`; a watch sees an
+//! object leaving its label selection as DELETED and entering it as ADDED; a watch from a
+//! compacted resourceVersion gets 200 with an ERROR event of code 410 (which kube-runtime's
+//! watcher answers with a re-list).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -23,8 +34,10 @@
 //!
 //! Known simplifications: strategic merge patches replace lists instead of merging them by
 //! key; server-side apply tracks ownership per leaf with lists atomic; the garbage collector
-//! runs synchronously inside the DELETE; there is no discovery beyond `/version`, no RBAC,
-//! no admission (CEL rules are not evaluated) and no `dryRun`.
+//! runs synchronously inside the DELETE (and, with [`KubeDouble::collect_orphans`], at
+//! create time for dependents of owners that are already gone); a watch from a future
+//! resourceVersion does not wait; there is no discovery beyond `/version`, no RBAC, no
+//! admission (CEL rules are not evaluated) and no `dryRun`.
 
 mod http;
 pub mod patch;
