@@ -169,6 +169,7 @@ pub fn check(
                 actor,
                 deadline_ms,
                 probe,
+                ..
             } => {
                 starts.insert(*id, (e, host, actor, *deadline_ms, *probe));
             }
@@ -303,8 +304,11 @@ pub fn recovery_times(history: &[Event], since: u64) -> Vec<u64> {
     for e in history {
         match &e.ev {
             Ev::CallStart {
-                id, actor, probe, ..
-            } if !probe && e.t_ms >= since => {
+                id,
+                actor,
+                recovery,
+                ..
+            } if *recovery && e.t_ms >= since => {
                 probe_actor.insert(*id, actor.clone());
             }
             Ev::CallEnd { id, outcome } if outcome == "ok" => {

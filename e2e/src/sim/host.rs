@@ -247,7 +247,13 @@ pub async fn run(
         let _ = sigx_sidecar::mesh::serve(listener, verifier, service, server_cfg, shutdown).await;
     });
 
-    // 5. Active.
+    // 5. Active — after a little start-up work (seeded): peers may observe this host as
+    // `joining` for a while, as they do in production.
+    let startup = {
+        let mut rng = StdRng::seed_from_u64(me.seed ^ 0x7777);
+        Duration::from_millis(rng.random_range(5..=60))
+    };
+    tokio::time::sleep(startup).await;
     let _ = membership.set_status(HostStatus::Active).await;
     if me.life() == Life::Starting {
         me.set_life(Life::Serving);
@@ -414,7 +420,14 @@ fn actor(key: u32) -> ActorId {
 }
 
 /// One call through the routing loop, recorded.
-async fn call(p: &Parts, key: u32, deadline: Instant, deadline_ms: u64, probe: bool) -> bool {
+async fn call(
+    p: &Parts,
+    key: u32,
+    deadline: Instant,
+    deadline_ms: u64,
+    probe: bool,
+    recovery: bool,
+) -> bool {
     let id = p.shared.next_call_id();
     let a = actor(key);
     p.shared.record(
@@ -425,6 +438,7 @@ async fn call(p: &Parts, key: u32, deadline: Instant, deadline_ms: u64, probe: b
             actor: a.to_string(),
             deadline_ms,
             probe,
+            recovery,
         },
     );
     let r = p
@@ -457,7 +471,7 @@ async fn workload(p: Arc<Parts>) {
         tokio::spawn(async move {
             let deadline = Instant::now() + p2.cfg.call_deadline;
             let deadline_ms = p2.shared.now_ms() + p2.cfg.call_deadline.as_millis() as u64;
-            call(&p2, key, deadline, deadline_ms, false).await;
+            call(&p2, key, deadline, deadline_ms, false, false).await;
         });
     }
 }
@@ -470,7 +484,17 @@ async fn probe(p: Arc<Parts>, key: u32, deadline_ms: u64, retry_until_ok: bool) 
             return;
         }
         let deadline = Instant::now() + Duration::from_millis(deadline_ms - now);
-        if call(&p, key, deadline, deadline_ms, true).await || !retry_until_ok {
+        if call(
+            &p,
+            key,
+            deadline,
+            deadline_ms,
+            !retry_until_ok,
+            retry_until_ok,
+        )
+        .await
+            || !retry_until_ok
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

@@ -125,9 +125,11 @@ impl SimConfig {
         let mut rng = StdRng::seed_from_u64(seed ^ 0x00c4_0a11);
         SimConfig {
             initial_hosts: rng.random_range(2..=4),
-            actors: 24,
-            call_gap_ms: (3, 15),
-            idle_timeout: Duration::from_millis(rng.random_range(150..=600)),
+            // Many actors, each called now and then, idling out quickly: many fresh
+            // activations while ownership moves.
+            actors: 64,
+            call_gap_ms: (5, 25),
+            idle_timeout: Duration::from_millis(rng.random_range(60..=250)),
             mix: faults::Mix::Churn,
             ..SimConfig::random(seed)
         }
@@ -144,6 +146,8 @@ const FAULTS_FROM_MS: u64 = 1000;
 const FAULTS_UNTIL_MS: u64 = 4000;
 /// When an availability scenario's event happens.
 pub const AVAIL_EVENT_MS: u64 = 2500;
+/// How long an availability run waits for crashed actors to answer again.
+pub const RECOVERY_WINDOW_MS: u64 = 12_000;
 /// How long the liveness probes may take.
 const PROBE_MS: u64 = 3000;
 /// A fenced host is restarted (as a new incarnation) this long after it fenced.
@@ -243,6 +247,9 @@ struct Driver<'a> {
     partitions: Vec<(String, String)>,
     isolated: Vec<String>,
     frozen: Vec<String>,
+    /// (laggard, newcomer, freeze for, give up at): freeze the laggard's feed as soon as its
+    /// view shows the newcomer.
+    freeze_on_sight: Vec<(String, String, u64, u64)>,
     figures: Figures,
 }
 
@@ -447,11 +454,11 @@ impl<'a> Driver<'a> {
                 }
             }
             Fault::LaggingJoin { slot, dur_ms } => {
+                // The laggard's watch stalls right after it has seen the newcomer's first
+                // record (`joining`): it knows the peer, but not that it became active.
                 if let Some(x) = self.slot(slot) {
-                    self.hub.freeze_feed(&x, true);
-                    self.frozen.push(x.clone());
-                    self.at(now + dur_ms, Action::Unfreeze(x));
-                    self.at(now + 20, Action::StartHost);
+                    let newcomer = self.start_host();
+                    self.freeze_on_sight.push((x, newcomer, dur_ms, now + 2000));
                 }
             }
             Fault::LaggingLeave {
@@ -538,6 +545,7 @@ impl<'a> Driver<'a> {
         for x in std::mem::take(&mut self.isolated) {
             self.hub.heal(&x);
         }
+        self.freeze_on_sight.clear();
         for x in std::mem::take(&mut self.frozen) {
             self.hub.freeze_feed(&x, false);
         }
@@ -591,10 +599,74 @@ impl<'a> Driver<'a> {
             if now % 10 == 0 {
                 self.housekeeping();
             }
+            self.freeze_on_sight(now);
+            if now % 100 == 0 && std::env::var("SIGX_SIM_DIAG").is_ok() {
+                self.diag_dual_owners(now);
+            }
             if each(self) {
                 return;
             }
             self.step();
+        }
+    }
+
+    fn freeze_on_sight(&mut self, now: u64) {
+        let pending = std::mem::take(&mut self.freeze_on_sight);
+        for (laggard, newcomer, dur, give_up) in pending {
+            let sees = self
+                .shared
+                .host(&laggard)
+                .and_then(|h| {
+                    h.membership
+                        .get()
+                        .map(|m| m.view().get(&newcomer).is_some())
+                })
+                .unwrap_or(false);
+            if sees {
+                self.hub.freeze_feed(&laggard, true);
+                self.frozen.push(laggard.clone());
+                self.at(now + dur, Action::Unfreeze(laggard));
+            } else if now < give_up {
+                self.freeze_on_sight.push((laggard, newcomer, dur, give_up));
+            }
+        }
+    }
+
+    /// Debug aid: partitions that two hosts both hold as ready owners right now.
+    fn diag_dual_owners(&self, now: u64) {
+        let dirs: Vec<(String, sigx_sidecar::directory::Directory)> = self
+            .shared
+            .hosts
+            .lock()
+            .expect("hosts lock")
+            .values()
+            .filter(|h| h.life() == Life::Serving)
+            .filter_map(|h| h.directory.get().map(|d| (h.id.clone(), d.clone())))
+            .collect();
+        let mut dual = 0;
+        let mut example = None;
+        for p in 0..sigx_sidecar::directory::PARTITIONS {
+            let owners: Vec<&str> = dirs
+                .iter()
+                .filter(|(_, d)| d.is_ready(p))
+                .map(|(id, _)| id.as_str())
+                .collect();
+            if owners.len() > 1 {
+                dual += 1;
+                example.get_or_insert(format!("p{p}: {owners:?}"));
+            }
+        }
+        if dual > 0 {
+            let actors: Vec<String> = (0..self.cfg.actors)
+                .filter(|k| {
+                    let p = sigx_sidecar::directory::partition(host::ACTOR_TYPE, &format!("k{k}"));
+                    dirs.iter().filter(|(_, d)| d.is_ready(p)).count() > 1
+                })
+                .map(|k| format!("k{k}"))
+                .collect();
+            eprintln!(
+                "t={now}ms: {dual} partitions with two ready owners, e.g. {example:?}; actors there: {actors:?}"
+            );
         }
     }
 
@@ -694,6 +766,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         partitions: Vec::new(),
         isolated: Vec::new(),
         frozen: Vec::new(),
+        freeze_on_sight: Vec::new(),
         figures: Figures::default(),
     };
     for _ in 0..cfg.initial_hosts {
@@ -728,16 +801,31 @@ pub fn run(cfg: SimConfig) -> SimReport {
                         &prober,
                         Command::Probe {
                             key,
-                            deadline_ms: AVAIL_EVENT_MS + 10_000,
+                            deadline_ms: AVAIL_EVENT_MS + RECOVERY_WINDOW_MS,
                             retry_until_ok: true,
                         },
                     );
                 }
             }
-            d.run_until(AVAIL_EVENT_MS + 6000, |_| false);
-            d.figures.crash_recovery_ms =
+            // Until every affected actor answered again (or the window closes: an actor that
+            // never answered counts as the whole window, so it cannot flatter the figure).
+            let want = affected.len();
+            d.run_until(AVAIL_EVENT_MS + RECOVERY_WINDOW_MS, |d| {
+                d.now() % 10 == 0
+                    && check::recovery_times(
+                        &d.shared.history.lock().expect("history lock"),
+                        AVAIL_EVENT_MS + 1,
+                    )
+                    .len()
+                        >= want
+            });
+            let mut times =
                 check::recovery_times(&d.shared.history.lock().unwrap(), AVAIL_EVENT_MS + 1);
-            AVAIL_EVENT_MS + 6000
+            while times.len() < want {
+                times.push(RECOVERY_WINDOW_MS);
+            }
+            d.figures.crash_recovery_ms = times;
+            d.now().max(AVAIL_EVENT_MS + 3000)
         }
         Scenario::Join | Scenario::Leave => {
             d.run_until(AVAIL_EVENT_MS, |_| false);

@@ -61,7 +61,10 @@ pub enum Ev {
         host: String,
         actor: String,
         deadline_ms: u64,
+        /// A liveness probe.
         probe: bool,
+        /// A recovery probe (availability figures).
+        recovery: bool,
     },
     /// A call was answered (`Ok` or an error kind).
     CallEnd {
