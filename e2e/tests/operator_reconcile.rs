@@ -860,3 +860,32 @@ async fn a_stalled_api_server_delays_the_operator_but_loses_nothing() {
     h.double.partition("operator", Mode::Serving);
     eventually("the late role's Deployment", || h.get::<Deployment>("late")).await;
 }
+
+#[tokio::test]
+async fn a_deleted_generated_secret_is_regenerated_loudly() {
+    let h = Harness::start().await;
+    h.apply_examples().await;
+    eventually("SecretReady", || async {
+        h.cluster_status("demo")
+            .await
+            .filter(|s| condition(s, "SecretReady").is_some_and(|c| c.reason == "Generated"))
+    })
+    .await;
+    h.api::<Secret>()
+        .delete("demo-sigx-secret", &DeleteParams::default())
+        .await
+        .unwrap();
+    let _: Secret = eventually("a new Secret", || h.get("demo-sigx-secret")).await;
+    let events = eventually("a Warning about the regeneration", || async {
+        let events = h
+            .double
+            .list_json(&ResourceRef::new("events.k8s.io", "v1", "events"), Some(NS));
+        events
+            .iter()
+            .any(|e| e["reason"] == "SecretRegenerated" && e["type"] == "Warning")
+            .then_some(events)
+    })
+    .await;
+    assert!(!events.is_empty());
+    assert_eq!(h.metrics.secrets_generated.get(), 2);
+}
