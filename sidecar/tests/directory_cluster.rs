@@ -350,6 +350,15 @@ async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
     v.push((3, PeerStatus::Leaving));
     c.publish(2, &v, &[0, 1, 2, 3]);
     c.until_ready(&[0, 1, 2]).await;
+    // While h3 drains, its actors are "moving": a claim elsewhere is told to retry shortly.
+    let e = c.hosts[0]
+        .gate
+        .claim(&actor(50), "too-early")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::WrongHost);
+    assert_eq!(e.owner_hint.as_deref(), Some("h3"));
+    assert!(e.retry_after.is_some(), "{e}");
     for a in 50..100 {
         c.hosts[3].gate.release(&actor(a), &format!("a{a}")).await;
     }

@@ -327,6 +327,20 @@ impl DirectoryGate {
                 last = format!("removed a leftover entry {}", winner.activation_id);
                 continue;
             }
+            let leaving = view
+                .get(&winner.host_id)
+                .is_some_and(|h| h.status == super::PeerStatus::Leaving);
+            if leaving {
+                // The actor is moving: its host is draining and will unregister it. Say so
+                // with a retry-after, so the caller waits within its deadline instead of
+                // spending its retries (DESIGN.md §8: a handoff delays calls, fails none).
+                return Err(ActorError::wrong_host(format!(
+                    "actor {actor} is still active on host {}, which is leaving; retry shortly",
+                    winner.host_id
+                ))
+                .with_owner_hint(winner.host_id)
+                .with_retry_after(Duration::from_millis(50)));
+            }
             return Err(ActorError::wrong_host(format!(
                 "actor {actor} is active on host {}",
                 winner.host_id
