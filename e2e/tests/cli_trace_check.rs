@@ -103,12 +103,15 @@ fn the_checker_catches_overlapping_turns_and_turns_outside_the_activation() {
 }
 
 /// One host, many concurrent callers, short idle timeout (so actors deactivate and come back
-/// while calls continue), turns slowed to widen any overlap: the trace must stay clean.
+/// while calls continue), turns slowed to widen any overlap: the trace must stay clean. Counts
+/// are durable (`COUNTER_STATE_DIR`), so every increment must be in the final value however many
+/// times a busy machine makes an actor idle out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees() {
     let scratch = Scratch::new("trace1");
     let socket = scratch.path("s.sock");
     let trace_path = scratch.path("trace.jsonl");
+    let state = scratch.path("state");
     let sidecar = Sidecar::start(&scratch, &socket, &[]);
     let _app = counter_app(
         &scratch,
@@ -117,6 +120,7 @@ async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees(
             ("COUNTER_TRACE_FILE", trace_path.to_str().unwrap()),
             ("COUNTER_TURN_DELAY_MS", "2"),
             ("COUNTER_IDLE_TIMEOUT_MS", "150"),
+            ("COUNTER_STATE_DIR", state.to_str().unwrap()),
         ],
     );
     sidecar.wait_ready();
@@ -131,14 +135,14 @@ async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees(
         calls += futures::future::join_all(batch).await.len();
         if round == 0 {
             // Past the idle timeout: every counter deactivates, the next round re-activates.
-            tokio::time::sleep(Duration::from_millis(600)).await;
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
         }
     }
     for k in keys {
         let v: i64 = client.call_json("Counter", k, "get", &()).await.unwrap();
         assert_eq!(
-            v, 15,
-            "Counter/{k}: the second activation started from zero"
+            v, 30,
+            "Counter/{k}: every increment of both rounds counted once"
         );
     }
     let (summary, violations) = check(&trace::read(&trace_path));
@@ -180,7 +184,10 @@ fn three_hosts_under_the_dev_workload_never_run_an_actor_twice() {
     // The status table shows the whole fleet, and that it all runs on this one machine.
     assert!(stdout.contains("3 host(s) / 1 node(s)"), "{stdout}");
     for i in 1..=3 {
-        assert!(stdout.contains(&format!("sidecar {i} stopped\n")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("sidecar {i} stopped\n")),
+            "{stdout}"
+        );
     }
     let (summary, violations) = check(&trace::read(&dir.join("trace.jsonl")));
     assert!(violations.is_empty(), "{violations:#?}");
