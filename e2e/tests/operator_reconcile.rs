@@ -47,6 +47,19 @@ fn example<T: serde::de::DeserializeOwned>(file: &str) -> T {
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
 }
 
+/// The CRDs' CEL rules as the double's admission for `actors.sigx.dev`, as a real API server
+/// evaluates them.
+fn admit_sigx(double: &KubeDouble) {
+    double.admit_with("actors.sigx.dev", |object, old| {
+        let kind = object["kind"].as_str().unwrap_or_default();
+        match sigx_crds::cel::admit(kind, object, old) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(refusal)) => Err(refusal.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+}
+
 fn settings() -> Settings {
     let mut s = Settings::single("op-test");
     s.namespace = Some(NS.into());
@@ -67,12 +80,21 @@ struct Harness {
 impl Harness {
     /// The double, and an operator on its own named client (so it can be partitioned).
     async fn start() -> Self {
+        Self::start_with(true).await
+    }
+
+    /// Without admission, the double takes objects a real API server would refuse (objects
+    /// that predate a rule).
+    async fn start_with(admission: bool) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
         let double = KubeDouble::start().await;
         double.collect_orphans(true);
+        if admission {
+            admit_sigx(&double);
+        }
         let client = double.client();
         let operator =
             Operator::new(double.client_named("operator"), settings()).with_random(|| [7u8; 32]);
@@ -727,8 +749,8 @@ async fn a_referenced_secret_is_checked_and_never_generated() {
 
 #[tokio::test]
 async fn conflicting_auth_that_slipped_past_admission_is_reported_not_rendered() {
-    // The double does not evaluate CEL, so this plays an object that predates the rule.
-    let h = Harness::start().await;
+    // Without admission the double plays an object that predates the rule.
+    let h = Harness::start_with(false).await;
     let mut cluster: ActorCluster = example("cluster.yaml");
     cluster.spec.auth.secret_ref = Some(sigx_crds::SecretKeyRef {
         name: "mine".into(),
@@ -888,4 +910,76 @@ async fn a_deleted_generated_secret_is_regenerated_loudly() {
     .await;
     assert!(!events.is_empty());
     assert_eq!(h.metrics.secrets_generated.get(), 2);
+}
+
+#[tokio::test]
+async fn an_invalid_spec_is_refused_by_the_cel_rules() {
+    let h = Harness::start().await;
+    let refused = |e: kube::Error| match e {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"), "{s:?}");
+            s.message
+        }
+        other => panic!("expected 422 Invalid, got {other}"),
+    };
+    let pp = PostParams::default();
+
+    let mut cluster: ActorCluster = example("cluster.yaml");
+    cluster.spec.membership.heartbeat_seconds = 5;
+    cluster.spec.membership.ttl_seconds = 10;
+    let why = refused(
+        h.api::<ActorCluster>()
+            .create(&pp, &cluster)
+            .await
+            .unwrap_err(),
+    );
+    assert!(why.contains("ttlSeconds"), "{why}");
+
+    let mut both: ActorCluster = example("cluster.yaml");
+    both.spec.auth.secret_ref = Some(sigx_crds::SecretKeyRef {
+        name: "s".into(),
+        key: "k".into(),
+    });
+    both.spec.auth.insecure = Some(true);
+    let why = refused(
+        h.api::<ActorCluster>()
+            .create(&pp, &both)
+            .await
+            .unwrap_err(),
+    );
+    assert!(why.contains("secretRef"), "{why}");
+
+    let mut nothing: ActorRole = example("role-web.yaml");
+    nothing.spec.workers.clear();
+    let why = refused(
+        h.api::<ActorRole>()
+            .create(&pp, &nothing)
+            .await
+            .unwrap_err(),
+    );
+    assert!(why.contains("at least one type"), "{why}");
+
+    // A valid role is admitted; moving it to another cluster afterwards is not.
+    h.api::<ActorCluster>()
+        .create(&pp, &example("cluster.yaml"))
+        .await
+        .unwrap();
+    h.api::<ActorRole>()
+        .create(&pp, &example("role-web.yaml"))
+        .await
+        .unwrap();
+    let why = refused(
+        h.api::<ActorRole>()
+            .patch(
+                "web",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"clusterRef": {"name": "elsewhere"}}})),
+            )
+            .await
+            .unwrap_err(),
+    );
+    assert!(why.contains("immutable"), "{why}");
+    // Nothing refused reached the operator.
+    assert!(h.get::<ActorCluster>("demo").await.is_some());
+    let _: Deployment = eventually("the valid role's Deployment", || h.get("web")).await;
 }

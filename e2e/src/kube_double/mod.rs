@@ -37,7 +37,8 @@
 //! runs synchronously inside the DELETE (and, with [`KubeDouble::collect_orphans`], at
 //! create time for dependents of owners that are already gone); a watch from a future
 //! resourceVersion does not wait; there is no discovery beyond `/version`, no RBAC, no
-//! admission (CEL rules are not evaluated) and no `dryRun`.
+//! built-in admission (install one per group with [`KubeDouble::admit_with`]; OpenAPI schemas
+//! are not checked) and no `dryRun`.
 
 mod http;
 pub mod patch;
@@ -261,6 +262,20 @@ impl KubeDouble {
     /// double never saw); turn it on to test controllers racing a deletion.
     pub fn collect_orphans(&self, on: bool) {
         self.shared.store().collect_orphans = on;
+    }
+
+    /// Installs an admission check for every object of an API group (see [`store::Admission`]),
+    /// e.g. the sigx CRDs' CEL rules, so an invalid spec is refused with 422 like a real API
+    /// server would.
+    pub fn admit_with(
+        &self,
+        group: &str,
+        check: impl Fn(&Value, Option<&Value>) -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.shared
+            .store()
+            .admission
+            .insert(group.to_owned(), std::sync::Arc::new(check));
     }
 
     /// The current global resourceVersion.

@@ -101,6 +101,13 @@ impl ApiError {
 const STALE: &str =
     "the object has been modified; please apply your changes to the latest version and try again";
 
+/// An admission check for one API group, run on every create and every update of the main
+/// resource (and `/scale`), as a validating admission (or a CRD's CEL rules) would. It gets
+/// the object as it would be stored and the stored one (None on create); an `Err` is the
+/// refusal message, answered as 422 Invalid.
+pub type Admission =
+    std::sync::Arc<dyn Fn(&Value, Option<&Value>) -> Result<(), String> + Send + Sync>;
+
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subresource {
@@ -268,6 +275,8 @@ pub struct Store {
     /// Whether an object created with owner references to objects that do not exist is
     /// collected at once (see `KubeDouble::collect_orphans`).
     pub collect_orphans: bool,
+    /// Admission checks by API group (see [`Admission`]).
+    pub admission: BTreeMap<String, Admission>,
 }
 
 fn known_kind(plural: &str) -> Option<&'static str> {
@@ -368,6 +377,7 @@ impl Store {
             kinds: BTreeMap::new(),
             mutations: 0,
             collect_orphans: false,
+            admission: BTreeMap::new(),
         }
     }
 
@@ -444,6 +454,14 @@ impl Store {
             old: old.cloned(),
         });
         self.trim_log();
+    }
+
+    /// Runs the group's admission check, if any, on a write about to be stored.
+    fn admit(&self, res: &ResourceRef, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+        match self.admission.get(&res.group) {
+            Some(check) => check(new, old).map_err(ApiError::invalid),
+            None => Ok(()),
+        }
     }
 
     /// Reads one object.
@@ -551,6 +569,7 @@ impl Store {
         }
         let mut ownership = Ownership::default();
         ownership.record_update(manager, &json!({}), &body);
+        self.admit(res, &body, None)?;
         self.insert_new(key, body, ownership)
     }
 
@@ -795,6 +814,9 @@ impl Store {
         }
         Self::check_rv(res, name, meta_str(&body, "resourceVersion"), &old)?;
         let new = Self::split_sub(sub, &old, body);
+        if sub == Subresource::Main {
+            self.admit(res, &new, Some(&old))?;
+        }
         ownership.record_update(manager, &old, &new);
         Ok(self.commit(&key, new, ownership))
     }
@@ -869,6 +891,7 @@ impl Store {
                     .apply(manager, &mut value, &intent, true)
                     .expect("forced apply cannot conflict");
                 self.prepare_new(res, namespace, &mut value)?;
+                self.admit(res, &value, None)?;
                 return Ok((self.insert_new(key, value, ownership)?, true));
             }
         }
@@ -913,6 +936,9 @@ impl Store {
             }
         }
         let new = Self::split_sub(sub, &old, work);
+        if sub == Subresource::Main {
+            self.admit(res, &new, Some(&old))?;
+        }
         if !matches!(kind, PatchKind::Apply { .. }) {
             ownership.record_update(manager, &old, &new);
         }
@@ -1110,6 +1136,7 @@ impl Store {
             .ok_or_else(|| ApiError::invalid("Scale.spec.replicas must be an integer"))?;
         let mut new = old.clone();
         new["spec"]["replicas"] = json!(replicas);
+        self.admit(res, &new, Some(&old))?;
         ownership.record_update(manager, &old, &new);
         let stored = self.commit(&key, new, ownership);
         Ok(Self::scale_of(&stored))
