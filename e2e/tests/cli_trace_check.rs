@@ -163,13 +163,7 @@ fn three_hosts_under_the_dev_workload_never_run_an_actor_twice() {
     let dir = scratch.path("d");
     let out = std::process::Command::new(bin("sigx"))
         .args(["dev", "up", "--hosts", "3", "--workload", "300", "--trace"])
-        .args([
-            "--exit-after-workload",
-            "--beat-ms",
-            "200",
-            "--ttl-ms",
-            "1000",
-        ])
+        .arg("--exit-after-workload")
         .args(["--ready-timeout", "30s", "--dir"])
         .arg(&dir)
         .output()

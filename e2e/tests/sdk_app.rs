@@ -17,7 +17,7 @@ use std::time::Duration;
 /// Counter with a few extra methods to provoke each kind of answer.
 fn app(deactivations: Arc<AtomicUsize>) -> App {
     let counter = ActorType::new("Counter", |_ctx: Context| async { Ok(0i64) })
-        .idle_timeout(Duration::from_millis(400))
+        .idle_timeout(Duration::from_secs(1))
         .json_method("increment", |ctx, by: Option<i64>| async move {
             let mut n = ctx.state().await;
             let before = *n;

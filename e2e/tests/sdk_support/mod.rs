@@ -137,7 +137,9 @@ impl Sidecar {
     }
 
     /// One host of a cluster on this machine: SQLite membership in `db`, the secret in
-    /// `secret`, short beat and TTL, pod name `name` (the host id is `name-<incarnation>`).
+    /// `secret`, pod name `name` (the host id is `name-<incarnation>`). Beat 1 s, TTL 5 s: these
+    /// tests inject no lease faults, and a TTL of a second could fence a host that a busy CI
+    /// machine merely starved of CPU.
     pub fn start_clustered(
         scratch: &Scratch,
         socket: &Path,
@@ -158,9 +160,9 @@ impl Sidecar {
                 "--pod-name",
                 name,
                 "--beat-ms",
-                "200",
-                "--ttl-ms",
                 "1000",
+                "--ttl-ms",
+                "5000",
             ],
         )
     }
