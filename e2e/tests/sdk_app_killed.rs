@@ -13,7 +13,15 @@ async fn an_app_killed_mid_turn_fails_its_callers_definitely_and_a_new_app_serve
     let scratch = Scratch::new("killed");
     let socket = scratch.path("s.sock");
     let sidecar = Sidecar::start(&scratch, &socket, &[]);
-    let mut app = counter_app(&scratch, &socket, &[("COUNTER_TURN_DELAY_MS", "2000")]);
+    let trace = scratch.path("trace.jsonl");
+    let mut app = counter_app(
+        &scratch,
+        &socket,
+        &[
+            ("COUNTER_TURN_DELAY_MS", "2000"),
+            ("COUNTER_TRACE_FILE", trace.to_str().unwrap()),
+        ],
+    );
     sidecar.wait_ready();
     let client = Client::lazy(&socket).with_timeout(Duration::from_secs(20));
 
@@ -21,7 +29,17 @@ async fn an_app_killed_mid_turn_fails_its_callers_definitely_and_a_new_app_serve
         let c = client.clone();
         async move { c.call("Counter", "k", "increment", "").await }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Kill only once the app's own trace shows the turn running (a busy machine may take a
+    // while to get there; the turn then has two seconds to go).
+    let mut waited = Duration::ZERO;
+    while !std::fs::read_to_string(&trace)
+        .unwrap_or_default()
+        .contains("\"turn-start\"")
+    {
+        assert!(waited < Duration::from_secs(10), "the turn never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        waited += Duration::from_millis(20);
+    }
     let queued = tokio::spawn({
         let c = client.clone();
         async move { c.call("Counter", "k", "increment", "").await }
