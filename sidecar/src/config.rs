@@ -148,6 +148,16 @@ pub struct Args {
     #[arg(long, env = "SIGX_EXIT_ON_FENCE")]
     pub exit_on_fence: bool,
 
+    /// A directory holding `tls.crt`, `tls.key` and `ca.crt`: the mesh then runs mutual TLS,
+    /// every peer's certificate checked against the CA (with or without the HMAC secret).
+    #[arg(long, env = "SIGX_MTLS_DIR")]
+    pub mtls_dir: Option<PathBuf>,
+
+    /// The name checked against peers' server certificates (default: the host part of the
+    /// peer's advertised address). Use a shared name when pod IPs are not in the certificates.
+    #[arg(long, env = "SIGX_MTLS_SERVER_NAME")]
+    pub mtls_server_name: Option<String>,
+
     /// The stateful types this host's role declares, comma-separated (set by the operator, which
     /// labels the pod with them). When set, the app must register exactly these.
     #[arg(long, env = "SIGX_ACTORS")]
@@ -174,8 +184,8 @@ pub enum ConfigError {
     )]
     TtlTooShort { ttl: u64, beat: u64 },
     #[error(
-        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or pass --insecure to state in \
-         writing that the mesh is unreachable by untrusted callers"
+        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or SIGX_MTLS_DIR for mutual TLS, \
+         or pass --insecure to state in writing that the mesh is unreachable by untrusted callers"
     )]
     MissingSecret,
     #[error(
@@ -222,6 +232,8 @@ pub struct Config {
     pub exit_on_fence: bool,
     /// The types the role declares, when the operator said: (stateful, workers).
     pub declared_types: Option<(Vec<String>, Vec<String>)>,
+    /// Mutual TLS for the mesh, when configured.
+    pub mtls: Option<crate::mesh::MeshTlsConfig>,
 }
 
 /// The cluster secret. Never printed: `Debug` shows its length only.
@@ -352,9 +364,32 @@ impl Args {
             }
             (None, None) => None,
         };
-        if self.membership != MembershipKind::None && secret.is_none() && !self.insecure {
+        if self.membership != MembershipKind::None
+            && secret.is_none()
+            && !self.insecure
+            && self.mtls_dir.is_none()
+        {
             return Err(ConfigError::MissingSecret);
         }
+        let mtls = match &self.mtls_dir {
+            Some(dir) => {
+                if !dir.is_dir() {
+                    return Err(ConfigError::Invalid {
+                        name: "SIGX_MTLS_DIR",
+                        value: dir.display().to_string(),
+                        what: "directory of tls.crt, tls.key and ca.crt",
+                        reason: "it does not exist or is not a directory".into(),
+                    });
+                }
+                Some(crate::mesh::MeshTlsConfig {
+                    cert: dir.join("tls.crt"),
+                    key: dir.join("tls.key"),
+                    ca: dir.join("ca.crt"),
+                    server_name: self.mtls_server_name.clone().filter(|n| !n.is_empty()),
+                })
+            }
+            None => None,
+        };
 
         if self.membership == MembershipKind::Kubernetes {
             if self.pod_name.as_deref().unwrap_or("").is_empty() {
@@ -432,6 +467,7 @@ impl Args {
         };
 
         Ok(Config {
+            mtls,
             declared_types,
             socket: self.socket,
             health_addr,

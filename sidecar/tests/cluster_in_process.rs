@@ -244,3 +244,91 @@ async fn a_graceful_leave_hands_actors_over_with_no_failed_calls() {
     a.host.stop(StopKind::Graceful).await;
     c.host.stop(StopKind::Graceful).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_configured_with_mutual_tls_and_no_secret_form_one_cluster() {
+    let dir = tempdir();
+    let mtls = dir.path().join("mtls");
+    make_mtls_dir(&mtls);
+    let hub = MemoryHub::new();
+    let mut hosts = Vec::new();
+    let mut apps = Vec::new();
+    for (id, actors) in [("front", vec![]), ("back", vec!["Counter"])] {
+        let mut cfg = cluster_host_config(dir.path(), id, &["--mtls-dir", mtls.to_str().unwrap()]);
+        cfg.secret = None; // mTLS alone authenticates the mesh
+        let host = Host::start_with(
+            cfg,
+            HostOptions {
+                provider: Some(hub.provider(id)),
+                ..HostOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+        let register = v1::Register {
+            actors: actors.iter().map(|a| actor_spec(a, false, 0)).collect(),
+            workers: vec![v1::WorkerTypeSpec {
+                name: format!("W{id}"),
+                max_concurrency: 1,
+                methods: vec![],
+            }],
+            app_name: id.into(),
+        };
+        apps.push(
+            TestApp::start(&host.socket, register, HashMap::new())
+                .await
+                .unwrap(),
+        );
+        wait_ready(host.health_addr, Duration::from_secs(10)).await;
+        hosts.push(host);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c = client(&hosts[0].socket).await;
+    let r = call(&mut c, "Counter", "k", "work", b"over tls", 10_000)
+        .await
+        .unwrap();
+    assert_eq!(&r[..], b"over tls");
+    assert_eq!(
+        hosts[1].runtime.live_activations().len(),
+        1,
+        "the actor lives on back"
+    );
+    // A host without the cluster's certificates cannot reach the others (the mesh is TLS).
+    let plain = Host::start_with(
+        cluster_host_config(dir.path(), "plain", &["--insecure"]),
+        HostOptions {
+            provider: Some(hub.provider("plain")),
+            ..HostOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let register = v1::Register {
+        actors: vec![],
+        workers: vec![v1::WorkerTypeSpec {
+            name: "Wplain".into(),
+            max_concurrency: 1,
+            methods: vec![],
+        }],
+        app_name: "plain".into(),
+    };
+    let _plain_app = TestApp::start(&plain.socket, register, HashMap::new())
+        .await
+        .unwrap();
+    wait_ready(plain.health_addr, Duration::from_secs(10)).await;
+    let mut cp = client(&plain.socket).await;
+    let e = call(&mut cp, "Counter", "k", "work", b"x", 1_500)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::Timeout | ErrorKind::Activation | ErrorKind::Unreachable
+        ),
+        "a plaintext peer must not get through: {e}"
+    );
+    plain.stop(StopKind::Fast).await;
+    for h in hosts {
+        h.stop(StopKind::Fast).await;
+    }
+}

@@ -139,6 +139,7 @@ pub(crate) struct BringUp {
     pub late_dispatcher: Arc<LateDispatcher>,
     pub listener: TcpMeshListener,
     pub provider: Arc<dyn MembershipProvider>,
+    pub mtls: Option<Arc<crate::mesh::MeshTls>>,
     pub cell: Arc<tokio::sync::OnceCell<ClusterParts>>,
     pub down: watch::Receiver<bool>,
 }
@@ -196,6 +197,7 @@ pub(crate) async fn bring_up(b: BringUp) {
         late_dispatcher,
         listener,
         provider,
+        mtls,
         cell,
         down,
     } = b;
@@ -280,13 +282,24 @@ pub(crate) async fn bring_up(b: BringUp) {
                 return;
             }
         },
+        None if mtls.is_some() => {
+            tracing::info!("mesh peers are authenticated by mutual TLS (no HMAC secret)");
+            MeshAuth::Insecure
+        }
         None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
+    };
+    let connector: Arc<dyn crate::mesh::Connector> = match &mtls {
+        Some(tls) => Arc::new(crate::mesh::TlsConnector::new(
+            opts.connector.clone(),
+            tls.clone(),
+        )),
+        None => opts.connector.clone(),
     };
     let mesh = Arc::new(MeshClient::new(
         cfg.host_id.clone(),
         auth.clone(),
         opts.clock.clone(),
-        opts.connector.clone(),
+        connector,
         MeshClientConfig {
             max_message_bytes: cfg.max_payload_bytes + 64 * 1024,
             ..MeshClientConfig::default()
@@ -329,9 +342,16 @@ pub(crate) async fn bring_up(b: BringUp) {
         &server_cfg,
     );
     tokio::spawn(async move {
-        if let Err(e) =
-            crate::mesh::serve(listener, verifier, service, server_cfg, wait_down(down)).await
-        {
+        let served = match mtls {
+            Some(tls) => {
+                let listener = crate::mesh::TlsListener::new(listener, tls, Duration::from_secs(5));
+                crate::mesh::serve(listener, verifier, service, server_cfg, wait_down(down)).await
+            }
+            None => {
+                crate::mesh::serve(listener, verifier, service, server_cfg, wait_down(down)).await
+            }
+        };
+        if let Err(e) = served {
             tracing::error!(error = %e, "mesh server failed");
         }
     });

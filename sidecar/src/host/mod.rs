@@ -55,6 +55,8 @@ pub enum HostError {
     },
     #[error("membership: {0}")]
     Membership(String),
+    #[error("mesh mTLS (SIGX_MTLS_DIR): {0}")]
+    Tls(String),
     #[error("{0}")]
     Other(String),
 }
@@ -63,7 +65,10 @@ impl HostError {
     /// Whether the error is the operator's configuration (exit code 64) rather than the
     /// environment.
     pub fn is_config(&self) -> bool {
-        matches!(self, HostError::Membership(_) | HostError::NotASocket(_))
+        matches!(
+            self,
+            HostError::Membership(_) | HostError::NotASocket(_) | HostError::Tls(_)
+        )
     }
 }
 
@@ -175,6 +180,12 @@ impl Host {
         } else {
             None
         };
+        let mtls = match &cfg.mtls {
+            Some(t) if clustered => Some(Arc::new(
+                crate::mesh::MeshTls::load(t).map_err(|e| HostError::Tls(e.to_string()))?,
+            )),
+            _ => None,
+        };
         let socket = bind_socket(&cfg.socket)?;
         let health_listener =
             TcpListener::bind(cfg.health_addr)
@@ -277,6 +288,7 @@ impl Host {
                 late_dispatcher,
                 listener,
                 provider: provider.expect("clustered hosts have a provider"),
+                mtls,
                 cell: cluster_cell.clone(),
                 down: down_rx.clone(),
             })));

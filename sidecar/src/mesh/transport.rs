@@ -27,6 +27,14 @@ pub trait Connector: Send + Sync + 'static {
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo>;
 }
 
+/// A shared connector is a connector (so wrappers such as TLS can take an injected one).
+#[async_trait]
+impl Connector for std::sync::Arc<dyn Connector> {
+    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+        (**self).connect(addr).await
+    }
+}
+
 /// Dials over TCP with `TCP_NODELAY` (small RPCs must not wait for Nagle).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpConnector;
