@@ -10,6 +10,11 @@
 //! every increment and read back on activation, with the activation id as a fencing token (see
 //! `store.rs`), so a count survives idle deactivation, handoffs between hosts and crashes.
 //!
+//! With `SIGX_ACTORS` / `SIGX_WORKERS` set (the operator sets them from the ActorRole, and the
+//! sidecar accepts a registration only of exactly those types), the app registers exactly the
+//! declared types, so one image serves every role; a declared type it does not implement is a
+//! startup error, not a registration the sidecar would refuse later. Unset, it registers both.
+//!
 //! Test hook: with `COUNTER_TRACE_FILE` set, the app appends one JSON line per activation start
 //! and end and per turn start and end, stamped with the system-wide monotonic clock, so tests
 //! that run several hosts on one machine can check that no two activations of one actor ever
@@ -53,6 +58,96 @@ struct Args {
     /// overlapping turns or activations would show in the trace).
     #[arg(long, env = "COUNTER_TURN_DELAY_MS", default_value_t = 0)]
     turn_delay_ms: u64,
+
+    /// The stateful types this host's role declares, comma-separated (set by the operator).
+    /// With this or `--workers` set, the app registers exactly the declared types.
+    #[arg(long, env = "SIGX_ACTORS")]
+    actors: Option<String>,
+
+    /// The worker types this host's role declares, comma-separated (see `--actors`).
+    #[arg(long, env = "SIGX_WORKERS")]
+    workers: Option<String>,
+}
+
+/// The stateful types this app implements.
+const ACTORS: &[&str] = &["Counter"];
+/// The worker types this app implements.
+const WORKERS: &[&str] = &["Echo"];
+
+/// Which of the app's types it registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Selection {
+    counter: bool,
+    echo: bool,
+}
+
+impl Selection {
+    const ALL: Selection = Selection {
+        counter: true,
+        echo: true,
+    };
+}
+
+/// A role declaration this app cannot serve.
+#[derive(Debug, thiserror::Error)]
+enum SelectError {
+    #[error(
+        "{var} declares the {kind} type {name:?}, which counter-app does not implement (it \
+         implements the actor Counter and the worker Echo): fix the ActorRole's {field}, or run \
+         the app that implements {name:?} in this role"
+    )]
+    Unimplemented {
+        var: &'static str,
+        kind: &'static str,
+        field: &'static str,
+        name: String,
+    },
+    #[error(
+        "SIGX_ACTORS and SIGX_WORKERS declare no types: counter-app would serve nothing; declare \
+         Counter or Echo in the ActorRole"
+    )]
+    Nothing,
+}
+
+/// The types to register: all of them when the role declares nothing (`None`, `None`: not run
+/// by the operator); otherwise exactly the declared ones, since the sidecar refuses any other
+/// registration. Names are comma-separated, blanks ignored, as the sidecar reads them.
+fn select(actors: Option<&str>, workers: Option<&str>) -> Result<Selection, SelectError> {
+    if actors.is_none() && workers.is_none() {
+        return Ok(Selection::ALL);
+    }
+    let names = |list: Option<&str>| -> Vec<String> {
+        list.unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    let check = |var, kind, field, list: Vec<String>, known: &[&str]| match list
+        .iter()
+        .find(|n| !known.contains(&n.as_str()))
+    {
+        Some(name) => Err(SelectError::Unimplemented {
+            var,
+            kind,
+            field,
+            name: name.clone(),
+        }),
+        None => Ok(!list.is_empty()),
+    };
+    let counter = check("SIGX_ACTORS", "actor", "spec.actors", names(actors), ACTORS)?;
+    let echo = check(
+        "SIGX_WORKERS",
+        "worker",
+        "spec.workers",
+        names(workers),
+        WORKERS,
+    )?;
+    if !counter && !echo {
+        return Err(SelectError::Nothing);
+    }
+    Ok(Selection { counter, echo })
 }
 
 /// One counter activation's state: the count, and the trace handle whose drop records the end
@@ -88,7 +183,13 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
-fn app(trace: Trace, store: Option<Store>, idle: Option<Duration>, delay: Duration) -> App {
+fn app(
+    select: Selection,
+    trace: Trace,
+    store: Option<Store>,
+    idle: Option<Duration>,
+    delay: Duration,
+) -> App {
     let t = trace.clone();
     let s = store.clone();
     let mut counter = ActorType::new("Counter", move |ctx: Context| {
@@ -159,7 +260,14 @@ fn app(trace: Trace, store: Option<Store>, idle: Option<Duration>, delay: Durati
         .json_method("whereami", |ctx, (): ()| async move {
             Ok(ctx.host_id().to_string())
         });
-    App::new("counter-app").actor(counter).worker(echo)
+    let mut app = App::new("counter-app");
+    if select.counter {
+        app = app.actor(counter);
+    }
+    if select.echo {
+        app = app.worker(echo);
+    }
+    app
 }
 
 async fn stop_signal() {
@@ -188,14 +296,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let select = select(args.actors.as_deref(), args.workers.as_deref())?;
     let store = args.state_dir.as_deref().map(Store::open).transpose()?;
     let trace = match &args.trace_file {
         Some(path) => Trace::open(path)?,
         None => Trace::off(),
     };
     let client = Client::lazy(&args.socket);
-    tracing::info!(socket = %args.socket.display(), "counter-app serving");
+    tracing::info!(
+        socket = %args.socket.display(),
+        counter = select.counter,
+        echo = select.echo,
+        "counter-app serving"
+    );
     app(
+        select,
         trace,
         store,
         args.idle_timeout_ms.map(Duration::from_millis),
@@ -243,14 +358,69 @@ mod tests {
         }
     }
 
+    fn registered(select: Selection) -> (Vec<String>, Vec<String>) {
+        let r = app(select, Trace::off(), None, None, Duration::ZERO).registration();
+        (
+            r.actors.into_iter().map(|a| a.name).collect(),
+            r.workers.into_iter().map(|w| w.name).collect(),
+        )
+    }
+
+    #[test]
+    fn without_a_role_declaration_both_types_are_registered() {
+        assert_eq!(select(None, None).unwrap(), Selection::ALL);
+        assert_eq!(
+            registered(Selection::ALL),
+            (vec!["Counter".to_string()], vec!["Echo".to_string()])
+        );
+    }
+
+    #[test]
+    fn a_role_declaration_registers_exactly_the_declared_types() {
+        // The example engine role: actors Counter, workers "" (the operator sets both).
+        let engine = select(Some("Counter"), Some("")).unwrap();
+        assert_eq!(registered(engine), (vec!["Counter".to_string()], vec![]));
+        // The example web role: worker Echo only; an unset variable counts as empty.
+        let web = select(None, Some(" Echo ")).unwrap();
+        assert_eq!(registered(web), (vec![], vec!["Echo".to_string()]));
+        let both = select(Some("Counter,"), Some("Echo,Echo")).unwrap();
+        assert_eq!(both, Selection::ALL);
+    }
+
+    #[test]
+    fn a_declared_type_the_app_does_not_implement_is_refused_by_name() {
+        let e = select(Some("Counter,billing.Invoice"), Some("")).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("SIGX_ACTORS"), "{msg}");
+        assert!(msg.contains("\"billing.Invoice\""), "{msg}");
+        // A type of the wrong kind is not implemented as that kind either.
+        let msg = select(Some("Echo"), None).unwrap_err().to_string();
+        assert!(
+            msg.contains("SIGX_ACTORS") && msg.contains("actor type \"Echo\""),
+            "{msg}"
+        );
+        let msg = select(Some(""), Some("Counter")).unwrap_err().to_string();
+        assert!(msg.contains("SIGX_WORKERS"), "{msg}");
+        assert!(matches!(
+            select(Some(""), Some(" , ")),
+            Err(SelectError::Nothing)
+        ));
+    }
+
     #[tokio::test]
     async fn counter_counts_and_the_trace_brackets_activations_and_turns() {
         let dir = std::env::temp_dir().join(format!("counter-trace-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("trace.jsonl");
         let _ = std::fs::remove_file(&path);
-        let d = app(Trace::open(&path).unwrap(), None, None, Duration::ZERO)
-            .into_dispatcher(Client::lazy("/nonexistent.sock"));
+        let d = app(
+            Selection::ALL,
+            Trace::open(&path).unwrap(),
+            None,
+            None,
+            Duration::ZERO,
+        )
+        .into_dispatcher(Client::lazy("/nonexistent.sock"));
         ok(
             d.handle(turn_for(1, "A1", turn::Kind::Activate(v1::Activate {})))
                 .await,
@@ -302,8 +472,8 @@ mod tests {
 
     #[tokio::test]
     async fn an_overflowing_increment_is_an_app_error_and_keeps_the_count() {
-        let d =
-            app(Trace::off(), None, None, Duration::ZERO).into_dispatcher(Client::lazy("/x.sock"));
+        let d = app(Selection::ALL, Trace::off(), None, None, Duration::ZERO)
+            .into_dispatcher(Client::lazy("/x.sock"));
         ok(
             d.handle(turn_for(1, "A", turn::Kind::Activate(v1::Activate {})))
                 .await,
@@ -328,8 +498,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("counter-state-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = Store::open(&dir).unwrap();
-        let d = app(Trace::off(), Some(store), None, Duration::ZERO)
-            .into_dispatcher(Client::lazy("/x.sock"));
+        let d = app(
+            Selection::ALL,
+            Trace::off(),
+            Some(store),
+            None,
+            Duration::ZERO,
+        )
+        .into_dispatcher(Client::lazy("/x.sock"));
         ok(
             d.handle(turn_for(1, "A1", turn::Kind::Activate(v1::Activate {})))
                 .await,
