@@ -1,7 +1,8 @@
 //! `sigx`: the command line of the sigx actor runtime.
 //!
 //! * `sigx call <Type>/<key> <method> [json]`: call an actor through a sidecar.
-//! * `sigx status`: what a sidecar knows about itself and the fleet.
+//! * `sigx status`: what a sidecar knows about itself and the fleet; `sigx status --kubernetes`:
+//!   what the Kubernetes API records about a cluster (its ActorCluster status and Leases).
 //! * `sigx dev up`: a local cluster of sidecars and counter apps on this machine.
 //!
 //! Exit codes: 0 success; 1 the call (or the dev workload check) failed; 2 bad usage; 3 the
@@ -11,6 +12,7 @@
 mod call;
 mod dev;
 mod duration;
+mod kubernetes;
 mod status;
 
 use clap::{Parser, Subcommand};

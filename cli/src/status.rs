@@ -12,6 +12,19 @@ use std::time::Duration;
 pub struct StatusArgs {
     #[command(flatten)]
     pub socket: SocketArg,
+
+    /// Read the cluster from the Kubernetes API instead of a sidecar: the ActorCluster's status
+    /// and its hosts' Leases (the kube config from KUBECONFIG, ~/.kube/config or in-cluster).
+    #[arg(long)]
+    pub kubernetes: bool,
+
+    /// With --kubernetes: the namespace (default: the kube config's).
+    #[arg(long, short = 'n', requires = "kubernetes")]
+    pub namespace: Option<String>,
+
+    /// With --kubernetes: the ActorCluster to show (default: every one in the namespace).
+    #[arg(long, requires = "kubernetes")]
+    pub cluster: Option<String>,
 }
 
 /// Wall-clock now in Unix milliseconds, only to show host ages (`started_at` is the host's own
@@ -189,6 +202,9 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
 }
 
 pub async fn run(args: StatusArgs) -> ExitCode {
+    if args.kubernetes {
+        return crate::kubernetes::run(args.namespace.as_deref(), args.cluster.as_deref()).await;
+    }
     let client = match Client::connect(&args.socket.socket).await {
         Ok(c) => c,
         Err(e) => {
