@@ -49,7 +49,8 @@ pub struct SocketArg {
 enum Command {
     /// Call a method on an actor (or worker) and print the reply.
     Call(call::CallArgs),
-    /// Show a sidecar's host, state, types, activations, counters and its view of the fleet.
+    /// Show a sidecar's host, state, types, activations, counters and its view of the fleet (or,
+    /// with --kubernetes, a cluster's ActorCluster status and Leases from the Kubernetes API).
     Status(status::StatusArgs),
     /// Local development.
     Dev {
