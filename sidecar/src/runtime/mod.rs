@@ -558,32 +558,30 @@ impl Runtime {
     /// Drops every activation at once (the host fenced): no Deactivate turns run, because the
     /// gate refuses every turn now; queued calls are answered with the gate's refusal.
     pub fn drop_all(&self) {
-        let all: Vec<Activation> = self
+        for a in self.take_all_sorted() {
+            drop(a.stop());
+        }
+    }
+
+    /// Empties the activation table, in actor order: the hash map's order differs per process,
+    /// and the deterministic simulator needs a seed to replay the same stop sequence.
+    fn take_all_sorted(&self) -> Vec<Activation> {
+        let mut all: Vec<(ActorId, Activation)> = self
             .inner
             .activations
             .lock()
             .expect("activations lock")
             .drain()
-            .map(|(_, a)| a)
             .collect();
-        for a in all {
-            drop(a.stop());
-        }
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.into_iter().map(|(_, a)| a).collect()
     }
 
     /// Deactivates every activation (Deactivate turns, then the gate's release), waiting up to
     /// `deadline`. Used by the graceful stop.
     pub async fn deactivate_all(&self, deadline: Instant) {
-        let all: Vec<Activation> = self
-            .inner
-            .activations
-            .lock()
-            .expect("activations lock")
-            .drain()
-            .map(|(_, a)| a)
-            .collect();
         let mut done = Vec::new();
-        for a in all {
+        for a in self.take_all_sorted() {
             done.push(a.stop());
         }
         let _ = tokio::time::timeout_at(deadline, futures::future::join_all(done)).await;
