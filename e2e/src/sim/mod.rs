@@ -174,8 +174,11 @@ pub struct Violation {
 /// Availability figures of one run (ms of simulated time).
 #[derive(Debug, Clone, Default)]
 pub struct Figures {
-    /// Crash → each affected actor answering a call again.
+    /// Crash → each affected actor answering a call again (from a caller that had routes to
+    /// the crashed host cached).
     pub crash_recovery_ms: Vec<u64>,
+    /// Crash → every survivor's view without the crashed host and no partition recovering.
+    pub crash_converged_ms: Vec<u64>,
     /// Join/leave → no partition recovering on any host any more.
     pub handoff_ms: Vec<u64>,
     /// Workload calls that failed during the handoff window.
@@ -810,8 +813,22 @@ pub fn run(cfg: SimConfig) -> SimReport {
             // Until every affected actor answered again (or the window closes: an actor that
             // never answered counts as the whole window, so it cannot flatter the figure).
             let want = affected.len();
+            let mut converged: Option<u64> = None;
             d.run_until(AVAIL_EVENT_MS + RECOVERY_WINDOW_MS, |d| {
-                d.now() % 10 == 0
+                if converged.is_none() && d.now() % 5 == 0 {
+                    let gone = d.serving().iter().all(|h| {
+                        d.shared.host(h).is_some_and(|x| {
+                            x.membership
+                                .get()
+                                .is_some_and(|m| crashed.iter().all(|c| m.view().get(c).is_none()))
+                        })
+                    });
+                    if gone && d.total_recovering() == 0 {
+                        converged = Some(d.now() - (AVAIL_EVENT_MS + 1));
+                    }
+                }
+                converged.is_some()
+                    && d.now() % 10 == 0
                     && check::recovery_times(
                         &d.shared.history.lock().expect("history lock"),
                         AVAIL_EVENT_MS + 1,
@@ -825,6 +842,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
                 times.push(RECOVERY_WINDOW_MS);
             }
             d.figures.crash_recovery_ms = times;
+            d.figures.crash_converged_ms = converged.into_iter().collect();
             d.now().max(AVAIL_EVENT_MS + 3000)
         }
         Scenario::Join | Scenario::Leave => {
