@@ -1,8 +1,11 @@
 //! The deterministic simulation (issue 5): seeds of the real sidecar code under faults, judged
 //! by the invariant checker. See `e2e/src/sim/mod.rs`.
 //!
-//! * `replay`: `SIGX_SIM_SEED=<n>` replays one seed (printing its report); without it, shows
-//!   that one seed replays exactly (equal history fingerprints).
+//! * `replay`: `SIGX_SIM_SEED=<n>` replays one seed twice and shows the two histories are
+//!   identical (equal fingerprints) — within one process. Across processes a seed reproduces
+//!   the same violations (same actors and hosts) with event times that may differ by a
+//!   millisecond or two: tokio seeds `select!`'s branch choice per runtime at random unless
+//!   built with `--cfg tokio_unstable` (then turmoil seeds it from the sim seed).
 //! * `batch_*`: `SIGX_SIM_SEEDS=<n>` seeds from `SIGX_SIM_SEED_START=<m>` (default 200 from 0),
 //!   split over four tests that run in parallel.
 //! * `broken_*`: each deliberately broken protocol variant must be caught within a bounded
