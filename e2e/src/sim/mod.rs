@@ -747,12 +747,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         }]),
     };
     let sim = turmoil::Builder::new()
-        .tick_duration(Duration::from_millis(
-            std::env::var("SIM_TICK")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1),
-        ))
+        .tick_duration(Duration::from_millis(1))
         .simulation_duration(Duration::from_secs(3600))
         .min_message_latency(Duration::ZERO)
         .max_message_latency(NORMAL_LATENCY)
