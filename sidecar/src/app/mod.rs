@@ -56,6 +56,33 @@ pub trait Dispatcher: Send + Sync + 'static {
     fn status(&self) -> v1::StatusResponse;
 }
 
+/// The `Status` answer every dispatcher gives: the host's descriptor, its probe state, its live
+/// activations per type, its counters and its view.
+pub fn status_response(
+    state: &crate::health::HostState,
+    runtime: &Runtime,
+    host: v1::HostDescriptor,
+    counters: std::collections::BTreeMap<String, u64>,
+    view: v1::MembersResponse,
+) -> v1::StatusResponse {
+    v1::StatusResponse {
+        host: Some(host),
+        state: state.state_name().to_string(),
+        fence_reason: state.fence_reason().unwrap_or_default(),
+        app_connected: runtime.app().is_some(),
+        activations: runtime
+            .activation_counts()
+            .into_iter()
+            .map(|(actor_type, activations)| v1::TypeActivations {
+                actor_type,
+                activations,
+            })
+            .collect(),
+        counters: counters.into_iter().collect(),
+        view: Some(view),
+    }
+}
+
 /// The `ActorHost` service.
 #[derive(Clone)]
 pub struct AppService {

@@ -103,7 +103,7 @@ pub fn dir_view(view: &MembershipView) -> DirView {
 }
 
 /// The routing loop's lookups, answered by the directory.
-struct DirectoryLocator(Directory);
+pub struct DirectoryLocator(pub Directory);
 
 #[async_trait]
 impl Locator for DirectoryLocator {

@@ -121,25 +121,15 @@ impl Dispatcher for LocalDispatcher {
             "localDispatches".into(),
             counters.get("turns").copied().unwrap_or(0),
         );
-        v1::StatusResponse {
-            host: Some(d.clone()),
-            state: self.state.state_name().to_string(),
-            fence_reason: self.state.fence_reason().unwrap_or_default(),
-            app_connected: self.runtime.app().is_some(),
-            activations: self
-                .runtime
-                .activation_counts()
-                .into_iter()
-                .map(|(actor_type, activations)| v1::TypeActivations {
-                    actor_type,
-                    activations,
-                })
-                .collect(),
-            counters: counters.into_iter().collect(),
-            view: Some(v1::MembersResponse {
+        crate::app::status_response(
+            &self.state,
+            &self.runtime,
+            d.clone(),
+            counters,
+            v1::MembersResponse {
                 version: 1,
                 hosts: vec![d],
-            }),
-        }
+            },
+        )
     }
 }

@@ -489,29 +489,19 @@ impl Dispatcher for Router {
         if let Some(me) = view.get(&self.me) {
             host.status = me.status.to_proto() as i32;
         }
-        v1::StatusResponse {
-            host: Some(host),
-            state: self.state.state_name().to_string(),
-            fence_reason: self.state.fence_reason().unwrap_or_default(),
-            app_connected: self.runtime.app().is_some(),
-            activations: self
-                .runtime
-                .activation_counts()
-                .into_iter()
-                .map(|(actor_type, activations)| v1::TypeActivations {
-                    actor_type,
-                    activations,
-                })
-                .collect(),
-            counters: counters.into_iter().collect(),
-            view: Some(members_response(
+        crate::app::status_response(
+            &self.state,
+            &self.runtime,
+            host,
+            counters,
+            members_response(
                 &view,
                 &v1::MembersRequest {
                     status: v1::MemberStatusFilter::Any as i32,
                     registers: String::new(),
                 },
-            )),
-        }
+            ),
+        )
     }
 }
 
