@@ -462,3 +462,54 @@ async fn an_app_must_register_exactly_the_types_its_role_declares() {
     assert!(ok.is_ok());
     host.stop(sigx_sidecar::host::StopKind::Fast).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_serves_grpc_health_and_reflection_so_grpcurl_works() {
+    use tonic_reflection::pb::v1::ServerReflectionRequest;
+    use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+    let dir = tempdir();
+    let host = start_host(dir.path(), &[]).await;
+    let channel = connect(&host.socket).await;
+    let mut reflection = ServerReflectionClient::new(channel.clone());
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = reflection
+        .server_reflection_info(futures::stream::iter(vec![req]))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = answer.message_response else {
+        panic!("unexpected reflection answer: {answer:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&"sigx.actors.v1.ActorHost".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"grpc.health.v1.Health".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n.ends_with(".Mesh")),
+        "the mesh is not served here: {names:?}"
+    );
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "sigx.actors.v1.ActorHost".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        status.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}

@@ -421,8 +421,13 @@ async fn serve_socket(
     health_reporter
         .set_serving::<v1::actor_host_server::ActorHostServer<AppService>>()
         .await;
+    // Advertise exactly what this socket serves (the mesh service shares the descriptor set but
+    // is served on the mesh port only).
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(sigx_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .with_service_name("sigx.actors.v1.ActorHost")
+        .with_service_name("grpc.health.v1.Health")
         .build_v1();
     let svc = v1::actor_host_server::ActorHostServer::new(app)
         .max_decoding_message_size(max_payload + 64 * 1024)
