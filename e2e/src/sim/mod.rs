@@ -346,6 +346,14 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Starts a graceful leave; the host stops counting as serving at once.
+    fn leave(&mut self, id: &str) {
+        if let Some(h) = self.shared.host(id) {
+            h.set_life(Life::Leaving);
+        }
+        self.send(id, Command::Leave);
+    }
+
     fn crash(&mut self, id: &str) {
         let Some(h) = self.shared.host(id) else {
             return;
@@ -377,7 +385,7 @@ impl<'a> Driver<'a> {
         // Keep at least two hosts serving: a fault that would leave fewer is skipped.
         let removes = matches!(
             fault,
-            Fault::Crash { .. } | Fault::Leave { replace: false, .. }
+            Fault::Crash { .. } | Fault::Leave { replace: false, .. } | Fault::LaggingLeave { .. }
         );
         if removes && serving.len() <= 2 {
             return;
@@ -401,7 +409,7 @@ impl<'a> Driver<'a> {
                         self.start_host();
                         self.at(now + 300, Action::Leave(id));
                     } else {
-                        self.send(&id, Command::Leave);
+                        self.leave(&id);
                     }
                 }
             }
@@ -516,14 +524,16 @@ impl<'a> Driver<'a> {
                 self.start_host();
             }
             Action::Leave(id) => {
+                // Like an orchestrator honouring a disruption budget: never below two serving.
                 if self
                     .shared
                     .host(&id)
                     .is_some_and(|h| h.life() == Life::Serving)
+                    && self.serving().len() > 2
                 {
                     self.shared
                         .record_at(self.now(), Ev::Fault(format!("Leave({id})")));
-                    self.send(&id, Command::Leave);
+                    self.leave(&id);
                 }
             }
             Action::Crash(id) => self.crash(&id),
