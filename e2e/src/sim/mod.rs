@@ -13,11 +13,11 @@
 //! Determinism: every RNG (faults, workload, app think times, placement policy, turmoil's own)
 //! is seeded from the seed, no real time is read, and the one thread polls hosts in a fixed
 //! order. [`SimReport::fingerprint`] hashes the history so a test can show that a seed replays
-//! exactly. Two sources of nondeterminism remain outside the simulator's reach: tokio seeds the
-//! branch choice of `select!` per runtime at random (seeded by turmoil only under
-//! `--cfg tokio_unstable`), and std hash maps iterate in a per-process order (the runtime's stop
-//! paths now sort; others may remain). Within one process a seed replays bit for bit; across
-//! processes it reproduces the same violations with times that may move by a millisecond.
+//! exactly — it cannot yet: tokio seeds the branch choice of `select!` per runtime at random
+//! (turmoil seeds it only under `--cfg tokio_unstable`), and std hash maps iterate in a per-run
+//! order (the runtime's stop paths now sort; others remain). So a seed replays its verdict —
+//! the same violations on the same actors, as far as observed — but not a bit-identical
+//! history: event times may move by a millisecond or two between runs.
 //!
 //! Layout: [`world`] (shared state and the history), [`host`] (one host's wiring), [`app`]
 //! (the simulated app), [`store`] (the store as a host sees it), [`net`] (turmoil sockets),
