@@ -11,6 +11,8 @@
 //! * `broken_*`: each deliberately broken protocol variant must be caught within a bounded
 //!   number of seeds.
 //! * `availability_figures`: crash recovery and handoff times (printed for BENCHMARKS.md).
+// Real time is read here only to report how long runs took, never inside a simulation.
+#![allow(clippy::disallowed_types)]
 
 use sigx_e2e::sim::{self, Promise, Scenario, SimConfig, SimReport};
 use sigx_sidecar::directory::ProtocolFaults;

@@ -613,11 +613,11 @@ impl<'a> Driver<'a> {
                 let a = entry.remove();
                 self.run_action(a);
             }
-            if now % 10 == 0 {
+            if now.is_multiple_of(10) {
                 self.housekeeping();
             }
             self.freeze_on_sight(now);
-            if now % 100 == 0 && std::env::var("SIGX_SIM_DIAG").is_ok() {
+            if now.is_multiple_of(100) && std::env::var("SIGX_SIM_DIAG").is_ok() {
                 self.diag_dual_owners(now);
             }
             if each(self) {
@@ -824,7 +824,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
             let want = affected.len();
             let mut converged: Option<u64> = None;
             d.run_until(AVAIL_EVENT_MS + RECOVERY_WINDOW_MS, |d| {
-                if converged.is_none() && d.now() % 5 == 0 {
+                if converged.is_none() && d.now().is_multiple_of(5) {
                     let gone = d.serving().iter().all(|h| {
                         d.shared.host(h).is_some_and(|x| {
                             x.membership
@@ -837,7 +837,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
                     }
                 }
                 converged.is_some()
-                    && d.now() % 10 == 0
+                    && d.now().is_multiple_of(10)
                     && check::recovery_times(
                         &d.shared.history.lock().expect("history lock"),
                         AVAIL_EVENT_MS + 1,
@@ -860,7 +860,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
             let mut done: Option<u64> = None;
             d.run_until(AVAIL_EVENT_MS + 4000, |d| {
                 let now = d.now();
-                if now < AVAIL_EVENT_MS || now % 5 != 0 || done.is_some() {
+                if now < AVAIL_EVENT_MS || !now.is_multiple_of(5) || done.is_some() {
                     return false;
                 }
                 let r = d.total_recovering();
@@ -929,7 +929,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
     };
     let mut answered = 0;
     d.run_until(probe_at + PROBE_MS + ANSWER_BOUND_MS, |d| {
-        if d.now() % 5 == 0 {
+        if d.now().is_multiple_of(5) {
             let h = d.shared.history.lock().expect("history lock");
             answered = h[probes_from..]
                 .iter()
