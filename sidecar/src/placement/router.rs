@@ -203,15 +203,19 @@ impl Router {
         if let Some(h) = self.routes.get(view, actor) {
             return Ok(h);
         }
-        if let Some(h) = self.locator.locate(actor, deadline).await? {
+        let located = self.locator.locate(actor, deadline).await?;
+        // The lookup may have waited (a partition recovering after a departure): judge its
+        // answer, and place, against the view as it is now, not as it was before the lookup.
+        let now = self.membership.view();
+        if let Some(h) = located {
             // A host still in the view holds the activation (a leaving host too, until it has
             // unregistered). A host absent from the view departed: place anew.
-            if view.get(&h).is_some_and(|d| d.registers(ty)) {
+            if now.get(&h).is_some_and(|d| d.registers(ty)) {
                 return Ok(h);
             }
         }
         Ok(
-            choose_with(self.cfg.policy, view, ty, &self.me, self.cfg.rng.as_ref())?
+            choose_with(self.cfg.policy, &now, ty, &self.me, self.cfg.rng.as_ref())?
                 .id
                 .clone(),
         )
@@ -281,9 +285,13 @@ impl Router {
         let mut hint: Option<String> = None;
         let mut unreachable_wait = Duration::ZERO;
         loop {
-            let view = self.membership.view();
             let mut last_target = None;
-            let outcome = match self.resolve(&view, actor, hint.take(), deadline).await {
+            let resolved = self
+                .resolve(&self.membership.view(), actor, hint.take(), deadline)
+                .await;
+            // The view the target was chosen in (resolve may have waited on the directory).
+            let view = self.membership.view();
+            let outcome = match resolved {
                 Ok(host) => {
                     let r = self
                         .attempt(&view, &host, actor, method, &payload, deadline)
