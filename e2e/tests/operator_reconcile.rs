@@ -645,18 +645,26 @@ async fn the_operator_survives_an_api_outage_and_catches_up() {
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Wait (bounded, not a fixed sleep: a loaded CI machine may be slow to run the periodic
+    // reconcile) until a reconcile has failed against the partitioned API.
+    let failures_now = || {
+        h.metrics
+            .failures
+            .get_or_create(&sigx_operator::metrics::KindLabel {
+                kind: "ActorCluster",
+            })
+            .get()
+    };
+    let waited = tokio::time::Instant::now();
+    while failures_now() <= failures_before && waited.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         h.get::<Deployment>("late").await.is_none(),
         "the partitioned operator cannot have acted"
     );
-    let failures_during = h
-        .metrics
-        .failures
-        .get_or_create(&sigx_operator::metrics::KindLabel {
-            kind: "ActorCluster",
-        })
-        .get();
+    let failures_during = failures_now();
     assert!(
         failures_during > failures_before,
         "periodic reconciles failed and were retried with backoff"
