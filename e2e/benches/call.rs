@@ -164,9 +164,20 @@ fn host_args(dir: &Path, id: &str, clustered: bool) -> sigx_sidecar::config::Con
     if clustered {
         args.extend(
             [
-                "--membership", "sqlite", "--sqlite-path", "unused.db", "--mesh-addr",
-                "127.0.0.1:0", "--advertise", "127.0.0.1:0", "--secret", "bench-secret",
-                "--beat-ms", "1000", "--ttl-ms", "5000",
+                "--membership",
+                "sqlite",
+                "--sqlite-path",
+                "unused.db",
+                "--mesh-addr",
+                "127.0.0.1:0",
+                "--advertise",
+                "127.0.0.1:0",
+                "--secret",
+                "bench-secret",
+                "--beat-ms",
+                "1000",
+                "--ttl-ms",
+                "5000",
             ]
             .map(String::from),
         );
@@ -182,7 +193,11 @@ fn host_args(dir: &Path, id: &str, clustered: bool) -> sigx_sidecar::config::Con
 async fn wait_ready(host: &Host) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !host.state.ready() {
-        assert!(Instant::now() < deadline, "host {} never became ready", host.id());
+        assert!(
+            Instant::now() < deadline,
+            "host {} never became ready",
+            host.id()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -209,7 +224,9 @@ async fn same_host(dir: &Path) -> (Figures, Figures) {
     let base = measure(move |_| {
         let raw = raw.clone();
         async move {
-            raw.call("Bench", "k", "echo", Bytes::from_static(PAYLOAD)).await.unwrap();
+            raw.call("Bench", "k", "echo", Bytes::from_static(PAYLOAD))
+                .await
+                .unwrap();
         }
     })
     .await;
@@ -222,7 +239,12 @@ async fn same_host(dir: &Path) -> (Figures, Figures) {
         let client = client.clone();
         async move {
             client
-                .call("Bench", format!("k{}", i % 64), "echo", Bytes::from_static(PAYLOAD))
+                .call(
+                    "Bench",
+                    format!("k{}", i % 64),
+                    "echo",
+                    Bytes::from_static(PAYLOAD),
+                )
                 .await
                 .unwrap();
         }
@@ -291,9 +313,14 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
     let sigx = measure(move |i| {
         let ca = ca.clone();
         async move {
-            ca.call("Bench", format!("k{}", i % 64), "echo", Bytes::from_static(PAYLOAD))
-                .await
-                .unwrap();
+            ca.call(
+                "Bench",
+                format!("k{}", i % 64),
+                "echo",
+                Bytes::from_static(PAYLOAD),
+            )
+            .await
+            .unwrap();
         }
     })
     .await;

@@ -20,7 +20,12 @@ fn actors() -> Vec<String> {
 async fn finish(fleet: &mut Fleet, name: &str, ledger: &sigx_e2e::chaos::Ledger) -> Report {
     let live = fleet.pods.iter().find(|p| p.alive).unwrap().socket.clone();
     let finals = read_finals(&client(&live), &actors()).await;
-    Report::judge(name, ledger, &finals, trace::duplicate_activations(&fleet.trace_file()))
+    Report::judge(
+        name,
+        ledger,
+        &finals,
+        trace::duplicate_activations(&fleet.trace_file()),
+    )
 }
 
 async fn rolling_restart(min_calls: usize) -> Report {
@@ -43,7 +48,8 @@ async fn rolling_restart(min_calls: usize) -> Report {
     )
     .await;
     r.handoffs = handoffs;
-    r.notes.push(format!("elapsed {:.1} s", t.elapsed().as_secs_f64()));
+    r.notes
+        .push(format!("elapsed {:.1} s", t.elapsed().as_secs_f64()));
     fleet.shutdown().await;
     r
 }
@@ -57,7 +63,12 @@ async fn kill9() -> Report {
     fleet.spawn_pod().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ledger = load.stop().await;
-    let r = finish(&mut fleet, "kill -9 of one of 3 pods under load, then a replacement joins", &ledger).await;
+    let r = finish(
+        &mut fleet,
+        "kill -9 of one of 3 pods under load, then a replacement joins",
+        &ledger,
+    )
+    .await;
     fleet.shutdown().await;
     r
 }
@@ -73,8 +84,15 @@ async fn sigstop() -> Report {
     let livez = fleet.probe(2, "/livez").await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let ledger = load.stop().await;
-    let mut r = finish(&mut fleet, "SIGSTOP of one of 3 pods for 3x TTL under load, then SIGCONT", &ledger).await;
-    r.notes.push(format!("the resumed host's /livez answers {livez:?} (503 = fenced)"));
+    let mut r = finish(
+        &mut fleet,
+        "SIGSTOP of one of 3 pods for 3x TTL under load, then SIGCONT",
+        &ledger,
+    )
+    .await;
+    r.notes.push(format!(
+        "the resumed host's /livez answers {livez:?} (503 = fenced)"
+    ));
     fleet.shutdown().await;
     r
 }
@@ -90,7 +108,11 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        for report in [rolling_restart(min_calls).await, kill9().await, sigstop().await] {
+        for report in [
+            rolling_restart(min_calls).await,
+            kill9().await,
+            sigstop().await,
+        ] {
             println!("{}", report.render());
         }
     });

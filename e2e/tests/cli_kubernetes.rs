@@ -192,7 +192,10 @@ async fn status_kubernetes_says_when_no_host_reports_a_node() {
         ),
         "{stdout}"
     );
-    assert!(stdout.contains("\nquiet-a  active  -     Counter"), "{stdout}");
+    assert!(
+        stdout.contains("\nquiet-a  active  -     Counter"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("node(s)\n"), "never a guess: {stdout}");
     assert!(stdout.contains("conditions   (none)"), "{stdout}");
 

@@ -106,10 +106,13 @@ pub fn start_load(
                         .clone();
                     let key = format!("c{}", (i * 7919 + w) % counters);
                     let t = Instant::now();
-                    let r: Result<i64, _> = client.call_json("Counter", &key, "increment", &1).await;
+                    let r: Result<i64, _> =
+                        client.call_json("Counter", &key, "increment", &1).await;
                     let outcome = match r {
                         Ok(v) => Outcome::Ok(v),
-                        Err(e) if matches!(e.kind, ErrorKind::OutcomeUnknown | ErrorKind::Timeout) => {
+                        Err(e)
+                            if matches!(e.kind, ErrorKind::OutcomeUnknown | ErrorKind::Timeout) =>
+                        {
                             Outcome::Ambiguous(e.kind, e.message)
                         }
                         Err(e) => Outcome::Failed(e.kind, e.message),
@@ -249,13 +252,21 @@ impl Report {
         );
         if !self.handoffs.is_empty() {
             let list: Vec<String> = self.handoffs.iter().map(|d| ms(*d)).collect();
-            s.push_str(&format!("stop time per restarted pod: {}\n", list.join(", ")));
+            s.push_str(&format!(
+                "stop time per restarted pod: {}\n",
+                list.join(", ")
+            ));
         }
         for n in &self.notes {
             s.push_str(n);
             s.push('\n');
         }
-        for p in self.duplicate_activations.iter().chain(&self.ledger_problems).take(10) {
+        for p in self
+            .duplicate_activations
+            .iter()
+            .chain(&self.ledger_problems)
+            .take(10)
+        {
             s.push_str(&format!("  ! {p}\n"));
         }
         s
@@ -268,7 +279,10 @@ pub async fn read_finals(client: &Client, actors: &[String]) -> HashMap<String, 
     for actor in actors {
         let key = actor.trim_start_matches("Counter/");
         for _ in 0..20 {
-            match client.call_json::<(), i64>("Counter", key, "get", &()).await {
+            match client
+                .call_json::<(), i64>("Counter", key, "get", &())
+                .await
+            {
                 Ok(v) => {
                     out.insert(actor.clone(), v);
                     break;

@@ -121,10 +121,13 @@ pub struct Fleet {
 
 async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::time::timeout(Duration::from_millis(500), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
+    let mut s = tokio::time::timeout(
+        Duration::from_millis(500),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await
+    .ok()?
+    .ok()?;
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
         .await
         .ok()?;
@@ -197,7 +200,12 @@ impl Fleet {
             .arg("--socket")
             .arg(&socket)
             .args(["--health-addr", &health.to_string()])
-            .args(["--mesh-addr", &format!("{ip}:0"), "--advertise", &format!("{ip}:0")])
+            .args([
+                "--mesh-addr",
+                &format!("{ip}:0"),
+                "--advertise",
+                &format!("{ip}:0"),
+            ])
             .args(["--beat-ms", &self.cfg.beat_ms.to_string()])
             .args(["--ttl-ms", &self.cfg.ttl_ms.to_string()])
             .args(["--drain-timeout-ms", "10000"])
@@ -210,7 +218,10 @@ impl Fleet {
         // The native sidecar starts first; the app once the socket exists.
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "{id}: the sidecar never created its socket");
+            assert!(
+                Instant::now() < deadline,
+                "{id}: the sidecar never created its socket"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let app = Command::new(bin("counter-app"))
@@ -240,9 +251,18 @@ impl Fleet {
                 break;
             }
             if let Ok(Some(status)) = pod.sidecar.try_wait() {
-                panic!("{}: the sidecar exited early ({status}); see {}", pod.id, self.log_path(&pod.id, "sidecar").display());
+                panic!(
+                    "{}: the sidecar exited early ({status}); see {}",
+                    pod.id,
+                    self.log_path(&pod.id, "sidecar").display()
+                );
             }
-            assert!(Instant::now() < deadline, "{}: not ready within 30 s; see its logs in {}", pod.id, self.dir.path().display());
+            assert!(
+                Instant::now() < deadline,
+                "{}: not ready within 30 s; see its logs in {}",
+                pod.id,
+                self.dir.path().display()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.targets.write().unwrap().push(pod.socket.clone());
@@ -323,7 +343,9 @@ impl Fleet {
     /// maxUnavailable 0: start the new pod, wait until it is ready, then stop an old one.
     /// Returns the stop time of each old pod.
     pub async fn rolling_restart(&mut self) -> Vec<Duration> {
-        let old: Vec<usize> = (0..self.pods.len()).filter(|&i| self.pods[i].alive).collect();
+        let old: Vec<usize> = (0..self.pods.len())
+            .filter(|&i| self.pods[i].alive)
+            .collect();
         let mut handoffs = Vec::new();
         for i in old {
             self.spawn_pod().await;
