@@ -50,6 +50,30 @@ impl Backoff {
     }
 }
 
+/// The directory status fields every owner answer carries.
+trait OwnerAnswer {
+    /// (status, retry_after_ms, owner_hint).
+    fn answer(&self) -> (i32, u64, &str);
+}
+
+impl OwnerAnswer for RegisterResponse {
+    fn answer(&self) -> (i32, u64, &str) {
+        (self.status, self.retry_after_ms, &self.owner_hint)
+    }
+}
+
+impl OwnerAnswer for UnregisterResponse {
+    fn answer(&self) -> (i32, u64, &str) {
+        (self.status, self.retry_after_ms, &self.owner_hint)
+    }
+}
+
+impl OwnerAnswer for LookupResponse {
+    fn answer(&self) -> (i32, u64, &str) {
+        (self.status, self.retry_after_ms, &self.owner_hint)
+    }
+}
+
 /// One step of an owner call: an OK answer, or why to retry.
 enum Step<T> {
     Done(T),
@@ -97,35 +121,55 @@ impl Inner {
         }
     }
 
-    async fn call_register(
+    /// One owner call: answered in process when this host is the owner, over the mesh
+    /// otherwise (bounded by the RPC timeout inside `deadline`), and classified into an OK
+    /// answer or a reason to retry.
+    async fn call_owner<Req, Resp: OwnerAnswer>(
         &self,
         owner: &super::PeerInfo,
-        req: RegisterRequest,
+        req: Req,
         deadline: Instant,
-    ) -> Result<Step<RegisterResponse>, ActorError> {
+        local: impl FnOnce(&Self, &Req) -> Result<Resp, ActorError>,
+        remote: impl AsyncFnOnce(PeerAddr<'_>, Req, Instant) -> Result<Resp, MeshCallError>,
+    ) -> Result<Step<Resp>, ActorError> {
         let resp = if owner.id == self.me {
-            self.owner_register(&self.me, &req)?
+            local(self, &req)?
         } else {
             let addr = PeerAddr {
                 id: &owner.id,
                 advertise: &owner.advertise,
             };
             let d = deadline.min(Instant::now() + self.config.rpc_timeout);
-            match self.mesh.register(addr, req, d).await {
+            match remote(addr, req, d).await {
                 Ok(r) => r,
                 Err(e) => return mesh_error_step(e),
             }
         };
-        Ok(
-            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
-                None => Step::Done(resp),
-                Some((hint_ms, refresh, why)) => Step::Retry {
-                    hint_ms,
-                    refresh,
-                    why,
-                },
+        let (status, retry_after_ms, owner_hint) = resp.answer();
+        Ok(match classify_status(status, retry_after_ms, owner_hint) {
+            None => Step::Done(resp),
+            Some((hint_ms, refresh, why)) => Step::Retry {
+                hint_ms,
+                refresh,
+                why,
             },
+        })
+    }
+
+    async fn call_register(
+        &self,
+        owner: &super::PeerInfo,
+        req: RegisterRequest,
+        deadline: Instant,
+    ) -> Result<Step<RegisterResponse>, ActorError> {
+        self.call_owner(
+            owner,
+            req,
+            deadline,
+            |me: &Self, req| me.owner_register(&me.me, req),
+            async |addr: PeerAddr<'_>, req, d| self.mesh.register(addr, req, d).await,
         )
+        .await
     }
 
     async fn call_unregister(
@@ -134,29 +178,14 @@ impl Inner {
         req: UnregisterRequest,
         deadline: Instant,
     ) -> Result<Step<UnregisterResponse>, ActorError> {
-        let resp = if owner.id == self.me {
-            self.owner_unregister(&self.me, &req)?
-        } else {
-            let addr = PeerAddr {
-                id: &owner.id,
-                advertise: &owner.advertise,
-            };
-            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
-            match self.mesh.unregister(addr, req, d).await {
-                Ok(r) => r,
-                Err(e) => return mesh_error_step(e),
-            }
-        };
-        Ok(
-            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
-                None => Step::Done(resp),
-                Some((hint_ms, refresh, why)) => Step::Retry {
-                    hint_ms,
-                    refresh,
-                    why,
-                },
-            },
+        self.call_owner(
+            owner,
+            req,
+            deadline,
+            |me: &Self, req| me.owner_unregister(&me.me, req),
+            async |addr: PeerAddr<'_>, req, d| self.mesh.unregister(addr, req, d).await,
         )
+        .await
     }
 
     async fn call_lookup(
@@ -165,29 +194,14 @@ impl Inner {
         req: LookupRequest,
         deadline: Instant,
     ) -> Result<Step<LookupResponse>, ActorError> {
-        let resp = if owner.id == self.me {
-            self.owner_lookup(&req)?
-        } else {
-            let addr = PeerAddr {
-                id: &owner.id,
-                advertise: &owner.advertise,
-            };
-            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
-            match self.mesh.lookup(addr, req, d).await {
-                Ok(r) => r,
-                Err(e) => return mesh_error_step(e),
-            }
-        };
-        Ok(
-            match classify_status(resp.status, resp.retry_after_ms, &resp.owner_hint) {
-                None => Step::Done(resp),
-                Some((hint_ms, refresh, why)) => Step::Retry {
-                    hint_ms,
-                    refresh,
-                    why,
-                },
-            },
+        self.call_owner(
+            owner,
+            req,
+            deadline,
+            |me: &Self, req| me.owner_lookup(req),
+            async |addr: PeerAddr<'_>, req, d| self.mesh.lookup(addr, req, d).await,
         )
+        .await
     }
 
     /// Unregisters `entry` at the partition's owner, retrying until `deadline`. True once the
