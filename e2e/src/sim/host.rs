@@ -12,26 +12,21 @@ use super::clock::SimClock;
 use super::net::{MESH_PORT, SimConnector, SimListener};
 use super::store::SimProvider;
 use super::world::{Command, Ev, HostShared, Life, Shared};
-use async_trait::async_trait;
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use sigx_proto::ActorError;
 use sigx_sidecar::app::Dispatcher;
 use sigx_sidecar::clock::SharedClock;
-use sigx_sidecar::directory::{
-    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell, ViewSource,
-};
+use sigx_sidecar::directory::{Directory, DirectoryConfig, KnownFromViews, ViewSource};
 use sigx_sidecar::health::HostState;
 use sigx_sidecar::host::late::LateGate;
 use sigx_sidecar::membership::{
-    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipHandle, MembershipView,
-    MemoryHub,
+    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipHandle, MemoryHub,
 };
 use sigx_sidecar::mesh::{
     MeshAuth, MeshClient, MeshClientConfig, MeshSecret, MeshServerConfig, MeshService, Verifier,
 };
-use sigx_sidecar::placement::{Inbound, Locator, Router, RouterConfig};
+use sigx_sidecar::placement::{Inbound, Router, RouterConfig};
 use sigx_sidecar::runtime::{ActorId, Runtime, RuntimeConfig};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -43,44 +38,6 @@ pub const ACTOR_TYPE: &str = "Counter";
 /// The wall clock of simulated time zero.
 pub fn epoch() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_800_000_000)
-}
-
-/// As `host/cluster.rs::dir_view`: the directory's view of a membership view.
-fn dir_view(view: &MembershipView) -> DirView {
-    DirView::new(
-        view.version,
-        view.hosts()
-            .iter()
-            .map(|h| {
-                PeerInfo::new(
-                    h.id.as_str(),
-                    h.advertise.as_str(),
-                    match h.status {
-                        HostStatus::Joining => PeerStatus::Joining,
-                        HostStatus::Active => PeerStatus::Active,
-                        HostStatus::Leaving => PeerStatus::Leaving,
-                    },
-                    h.is_stateful(),
-                )
-            })
-            .collect(),
-    )
-}
-
-/// As `host/cluster.rs::DirectoryLocator`.
-struct DirectoryLocator(Directory);
-
-#[async_trait]
-impl Locator for DirectoryLocator {
-    async fn locate(
-        &self,
-        actor: &ActorId,
-        deadline: Instant,
-    ) -> Result<Option<String>, ActorError> {
-        let r = self.0.lookup(actor, deadline).await;
-        tracing::debug!(host = %self.0.self_id(), %actor, ?r, "sim: locate");
-        Ok(r?.map(|l| l.host))
-    }
 }
 
 /// Everything a host's own tasks need.
@@ -166,31 +123,8 @@ pub async fn run(
 
     shared.record(&me, Ev::Joined { host: id.clone() });
 
-    // 3. The directory, fed by the membership views in order.
-    let lease_handle = membership.clone();
-    let views = Arc::new(ViewCell::new(
-        id.clone(),
-        dir_view(&membership.view()),
-        move || {
-            lease_handle
-                .check_lease()
-                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
-        },
-    ));
-    let feed = {
-        let views = views.clone();
-        membership.on_change(move |v| views.publish(dir_view(v)))
-    };
-    views.publish(dir_view(&membership.view()));
-    {
-        let m = membership.clone();
-        views.on_refresh_request(move || {
-            let m = m.clone();
-            tokio::spawn(async move {
-                let _ = m.refresh().await;
-            });
-        });
-    }
+    // 3. The directory, fed by the membership views in order (the host's own wiring).
+    let (views, feed) = sigx_sidecar::host::directory_views(&membership);
     let auth = MeshAuth::Secret(MeshSecret::new("simulated cluster secret").expect("secret"));
     let connector = Arc::new(SimConnector {
         resets: me.resets.clone(),
@@ -221,7 +155,7 @@ pub async fn run(
         membership.clone(),
         runtime.clone(),
         mesh.clone(),
-        Arc::new(DirectoryLocator(directory.clone())),
+        Arc::new(sigx_sidecar::host::DirectoryLocator(directory.clone())),
         state.clone(),
     ));
     late_gate.set(Arc::new(directory.gate()));

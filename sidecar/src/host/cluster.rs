@@ -102,6 +102,35 @@ pub fn dir_view(view: &MembershipView) -> DirView {
     )
 }
 
+/// The directory's view source fed by a host's membership: every membership view, in order,
+/// becomes a directory view; the lease check asks the membership synchronously; a peer's "your
+/// view lags" asks the membership to re-read. Keep the returned subscription alive.
+pub fn directory_views(membership: &MembershipHandle) -> (Arc<ViewCell>, Subscription) {
+    let lease_handle = membership.clone();
+    let views = Arc::new(ViewCell::new(
+        membership.self_id().to_string(),
+        dir_view(&membership.view()),
+        move || {
+            lease_handle
+                .check_lease()
+                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+        },
+    ));
+    let feed = {
+        let views = views.clone();
+        membership.on_change(move |v| views.publish(dir_view(v)))
+    };
+    views.publish(dir_view(&membership.view()));
+    let m = membership.clone();
+    views.on_refresh_request(move || {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let _ = m.refresh().await;
+        });
+    });
+    (views, feed)
+}
+
 /// The routing loop's lookups, answered by the directory.
 pub struct DirectoryLocator(pub Directory);
 
@@ -250,30 +279,7 @@ pub(crate) async fn bring_up(b: BringUp) {
     };
 
     // 3. The directory, fed by the membership views in order.
-    let lease_handle = membership.clone();
-    let views = Arc::new(ViewCell::new(
-        cfg.host_id.clone(),
-        dir_view(&membership.view()),
-        move || {
-            lease_handle
-                .check_lease()
-                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
-        },
-    ));
-    let feed = {
-        let views = views.clone();
-        membership.on_change(move |v| views.publish(dir_view(v)))
-    };
-    views.publish(dir_view(&membership.view()));
-    {
-        let m = membership.clone();
-        views.on_refresh_request(move || {
-            let m = m.clone();
-            tokio::spawn(async move {
-                let _ = m.refresh().await;
-            });
-        });
-    }
+    let (views, feed) = directory_views(&membership);
     let auth = match &cfg.secret {
         Some(secret) => match crate::mesh::MeshSecret::new(secret.expose()) {
             Ok(s) => MeshAuth::Secret(s),

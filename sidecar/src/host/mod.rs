@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-pub use cluster::{ClusterParts, DirectoryLocator, dir_view};
+pub use cluster::{ClusterParts, DirectoryLocator, dir_view, directory_views};
 
 /// Why a host could not start.
 #[derive(Debug, thiserror::Error)]
