@@ -345,3 +345,13 @@ fn config_from_env(seed: u64) -> SimConfig {
     }
     cfg
 }
+
+/// Debug aid: one line per seed of an availability scenario (`SIGX_SIM_SCENARIO`).
+#[test]
+#[ignore]
+fn availability_seeds() {
+    for seed in 0..env_u64("SIGX_SIM_AVAIL_SEEDS").unwrap_or(20) {
+        let r = sim::run(config_from_env(seed));
+        println!("{} figures {:?}", summary(&r), r.figures);
+    }
+}

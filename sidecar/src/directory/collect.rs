@@ -6,8 +6,9 @@
 //! whose view has the same fingerprint. When every host answered under fingerprint `F` and this
 //! host's view still has fingerprint `F` (and its lease is valid), each partition's entries are
 //! rebuilt from the hosts' reports of their own live activations and it becomes ready. Any
-//! refusal, timeout or view change fails the round; it is retried after a pause or as soon as
-//! the view changes. A host that stays in the view but never answers keeps the partitions
+//! refusal or timeout fails the round; it is retried after a pause or as soon as the view
+//! changes. A view change during a round abandons it (its in-flight `Collect`s are cancelled) and
+//! starts the next at once (`collectionsRestarted`). A host that stays in the view but never answers keeps the partitions
 //! recovering: consistency over availability.
 //!
 //! Reports name their own host. An entry that names another host is what the responder held as
@@ -97,7 +98,34 @@ async fn collector(inner: Arc<Inner>) {
             continue;
         }
         let started = Instant::now();
-        match run_round(&inner, &view, &pending).await {
+        // DESIGN §4: a round under a view that is no longer current cannot commit, so a view
+        // change (a host leaving mid-round, a newcomer) restarts it at once instead of waiting
+        // out the RPCs still in flight to a host that is gone.
+        let fingerprint = view.fingerprint();
+        let round = run_round(&inner, &view, &pending);
+        tokio::pin!(round);
+        let result = loop {
+            tokio::select! {
+                biased;
+                r = &mut round => break r.map_err(|e| (e, false)),
+                r = rx.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    if inner.views.view().fingerprint() != fingerprint {
+                        break Err(("the view changed during the round".to_string(), true));
+                    }
+                }
+            }
+        };
+        match result {
+            Err((reason, true)) => {
+                inner
+                    .counters
+                    .collections_restarted
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(host = %inner.me, %reason, "collection round restarted");
+            }
             Ok(()) => {
                 let ms = started.elapsed().as_millis() as u64;
                 inner
@@ -115,7 +143,7 @@ async fn collector(inner: Arc<Inner>) {
                     "collection round complete"
                 );
             }
-            Err(reason) => {
+            Err((reason, _)) => {
                 tracing::debug!(host = %inner.me, %reason, "collection round failed; retrying");
                 inner.views.request_refresh();
                 // Failed rounds are paced (requests hitting recovering partitions do not

@@ -108,6 +108,7 @@ struct Counters {
     sweeps_skipped_graceful: AtomicU64,
     collections_run: AtomicU64,
     collection_time_ms: AtomicU64,
+    collections_restarted: AtomicU64,
     conflicting_reports: AtomicU64,
     lazy_evictions: AtomicU64,
 }
@@ -127,6 +128,8 @@ pub struct DirectoryCounters {
     pub collections_run: u64,
     /// Total wall time of completed collection rounds, milliseconds.
     pub collection_time_ms: u64,
+    /// Rounds abandoned because the view changed while they ran (and started again at once).
+    pub collections_restarted: u64,
     /// Actors reported live on two hosts by one collection (a bug signal; never resolved
     /// silently).
     pub conflicting_reports: u64,
@@ -548,6 +551,7 @@ impl Inner {
             partitions_recovering: recovering,
             collections_run: c.collections_run.load(Ordering::Relaxed),
             collection_time_ms: c.collection_time_ms.load(Ordering::Relaxed),
+            collections_restarted: c.collections_restarted.load(Ordering::Relaxed),
             conflicting_reports: c.conflicting_reports.load(Ordering::Relaxed),
             lazy_evictions: c.lazy_evictions.load(Ordering::Relaxed),
             entries,

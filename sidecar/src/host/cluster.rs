@@ -152,6 +152,7 @@ impl Locator for DirectoryLocator {
             ("partitionsRecovering".into(), c.partitions_recovering),
             ("collectionsRun".into(), c.collections_run),
             ("collectionTimeMs".into(), c.collection_time_ms),
+            ("collectionsRestarted".into(), c.collections_restarted),
             ("conflictingReports".into(), c.conflicting_reports),
             ("lazyEvictions".into(), c.lazy_evictions),
             ("directoryEntries".into(), c.entries),

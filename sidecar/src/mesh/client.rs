@@ -2,6 +2,7 @@
 //! classification of every failure into what the routing loop may do with it.
 
 use super::auth::MeshAuth;
+use super::transport::BoxedIo;
 use super::transport::Connector;
 use crate::clock::SharedClock;
 use bytes::Bytes;
@@ -14,8 +15,12 @@ use sigx_proto::v1::{
 };
 use std::collections::HashMap;
 use std::error::Error as _;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tonic::transport::{Channel, Endpoint};
 
@@ -98,6 +103,12 @@ pub struct MeshClientConfig {
     pub max_message_bytes: usize,
     /// HTTP/2 keepalive ping interval on pooled connections.
     pub keepalive_interval: Duration,
+    /// After a failed dial, calls to that peer fail at once as `unreachable` for this long
+    /// (doubling per consecutive failure up to [`MeshClientConfig::dial_backoff_max`]) instead
+    /// of each queueing behind the next dial. The routing loop waits and re-resolves meanwhile.
+    pub dial_backoff_min: Duration,
+    /// The longest such pause.
+    pub dial_backoff_max: Duration,
 }
 
 impl Default for MeshClientConfig {
@@ -106,6 +117,8 @@ impl Default for MeshClientConfig {
             connect_timeout: Duration::from_secs(2),
             max_message_bytes: 4 * 1024 * 1024 + 64 * 1024,
             keepalive_interval: Duration::from_secs(10),
+            dial_backoff_min: Duration::from_millis(100),
+            dial_backoff_max: Duration::from_secs(1),
         }
     }
 }
@@ -119,6 +132,83 @@ pub struct PeerAddr<'a> {
     pub advertise: &'a str,
 }
 
+/// What the client knows about its connection to one peer. It is what lets a failed call say
+/// whether it could have run: a call that started with no open connection and ended before any
+/// dial succeeded was never written to a socket.
+#[derive(Debug, Default, Clone)]
+struct LinkState {
+    /// Connections to the peer whose socket is still open.
+    open: usize,
+    /// Successful dials so far.
+    connects: u64,
+    /// Calls fail fast until then: the last dial failed.
+    down_until: Option<Instant>,
+    /// The current pause after a failed dial.
+    backoff: Duration,
+    /// Failed dials so far.
+    failures: u64,
+    /// Why the last dial failed.
+    last_failure: Option<String>,
+    /// The peer left the view: calls in flight end now, new ones never start.
+    departed: bool,
+}
+
+/// One peer's pooled channel and its connection state.
+struct PeerLink {
+    advertise: String,
+    channel: Channel,
+    state: Arc<watch::Sender<LinkState>>,
+}
+
+/// A pooled connection's socket; reports its close to the peer's [`LinkState`].
+struct TrackedIo {
+    io: BoxedIo,
+    state: Arc<watch::Sender<LinkState>>,
+}
+
+impl Drop for TrackedIo {
+    fn drop(&mut self) {
+        self.state
+            .send_modify(|s| s.open = s.open.saturating_sub(1));
+    }
+}
+
+impl AsyncRead for TrackedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TrackedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
 /// Calls peers over pooled channels.
 pub struct MeshClient {
     self_id: Arc<str>,
@@ -126,7 +216,7 @@ pub struct MeshClient {
     clock: SharedClock,
     connector: Arc<dyn Connector>,
     config: MeshClientConfig,
-    pool: Mutex<HashMap<(String, String), Channel>>,
+    pool: Mutex<HashMap<String, Arc<PeerLink>>>,
 }
 
 impl std::fmt::Debug for MeshClient {
@@ -162,27 +252,33 @@ impl MeshClient {
         &self.self_id
     }
 
-    /// Drops pooled channels to `peer` (it left the view).
+    /// Drops the pooled channel to `peer` (it left the view). Calls in flight to it end at
+    /// once: `outcome-unknown` when they may have been sent, `unreachable` when not.
     pub fn forget(&self, peer: &str) {
-        self.pool
-            .lock()
-            .expect("mesh pool lock")
-            .retain(|(id, _), _| id != peer);
+        self.retain_peers(|id| id != peer);
     }
 
-    /// Drops pooled channels to every peer not in `keep`.
+    /// Drops pooled channels to every peer not in `keep`, ending their calls as
+    /// [`MeshClient::forget`] does.
     pub fn retain_peers(&self, keep: impl Fn(&str) -> bool) {
         self.pool
             .lock()
             .expect("mesh pool lock")
-            .retain(|(id, _), _| keep(id));
+            .retain(|id, link| {
+                let kept = keep(id);
+                if !kept {
+                    link.state.send_modify(|s| s.departed = true);
+                }
+                kept
+            });
     }
 
-    fn channel(&self, peer: PeerAddr<'_>) -> Result<Channel, MeshCallError> {
-        let key = (peer.id.to_owned(), peer.advertise.to_owned());
+    fn link(&self, peer: PeerAddr<'_>) -> Result<Arc<PeerLink>, MeshCallError> {
         let mut pool = self.pool.lock().expect("mesh pool lock");
-        if let Some(ch) = pool.get(&key) {
-            return Ok(ch.clone());
+        if let Some(link) = pool.get(peer.id)
+            && link.advertise == peer.advertise
+        {
+            return Ok(link.clone());
         }
         let endpoint = Endpoint::from_shared(format!("http://{}", peer.advertise))
             .map_err(|e| MeshCallError::Unreachable {
@@ -195,30 +291,61 @@ impl MeshClient {
             // Pings on idle pooled connections too: a peer whose machine vanished (no FIN, no RST)
             // is found before the next call waits out its whole deadline on a dead socket.
             .keep_alive_while_idle(true);
+        let state = Arc::new(watch::Sender::new(LinkState::default()));
         let connector = self.connector.clone();
         let addr = peer.advertise.to_owned();
         let timeout = self.config.connect_timeout;
+        let (backoff_min, backoff_max) =
+            (self.config.dial_backoff_min, self.config.dial_backoff_max);
+        let dial_state = state.clone();
         // The dial (with its own timeout) happens inside the connector service, so every dial
         // failure reaches the caller wrapped in tonic's `ConnectError`: proof nothing was sent.
         let svc = tower::service_fn(move |_uri: http::Uri| {
             let connector = connector.clone();
             let addr = addr.clone();
+            let state = dial_state.clone();
             async move {
-                match tokio::time::timeout(timeout, connector.connect(&addr)).await {
-                    Ok(Ok(io)) => Ok(TokioIo::new(io)),
-                    Ok(Err(e)) => Err(e),
+                let dialled = match tokio::time::timeout(timeout, connector.connect(&addr)).await {
+                    Ok(r) => r,
                     Err(_) => Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         format!("connect to {addr} timed out after {timeout:?}"),
                     )),
+                };
+                match dialled {
+                    Ok(io) => {
+                        state.send_modify(|s| {
+                            s.open += 1;
+                            s.connects += 1;
+                            s.down_until = None;
+                            s.backoff = Duration::ZERO;
+                            s.last_failure = None;
+                        });
+                        Ok(TokioIo::new(TrackedIo { io, state }))
+                    }
+                    Err(e) => {
+                        let now = Instant::now();
+                        state.send_modify(|s| {
+                            s.failures += 1;
+                            s.backoff = (s.backoff * 2).clamp(backoff_min, backoff_max);
+                            s.down_until = Some(now + s.backoff);
+                            s.last_failure = Some(e.to_string());
+                        });
+                        Err(e)
+                    }
                 }
             }
         });
-        let ch = endpoint.connect_with_connector_lazy(svc);
+        let link = Arc::new(PeerLink {
+            advertise: peer.advertise.to_owned(),
+            channel: endpoint.connect_with_connector_lazy(svc),
+            state,
+        });
         // A host id keeps one address for its life; a new address means a stale entry.
-        pool.retain(|(id, _), _| id != peer.id);
-        pool.insert(key, ch.clone());
-        Ok(ch)
+        if let Some(old) = pool.insert(peer.id.to_owned(), link.clone()) {
+            old.state.send_modify(|s| s.departed = true);
+        }
+        Ok(link)
     }
 
     async fn unary<Req, Resp>(
@@ -232,28 +359,54 @@ impl MeshClient {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        let now = Instant::now();
-        if deadline <= now {
+        let unreachable = |reason: String| MeshCallError::Unreachable {
+            peer: peer.id.to_owned(),
+            addr: peer.advertise.to_owned(),
+            reason,
+        };
+        if deadline <= Instant::now() {
             return Err(MeshCallError::Timeout {
                 peer: peer.id.to_owned(),
             });
         }
-        let channel = self.channel(peer)?;
-        let mut grpc = tonic::client::Grpc::new(channel)
+        let link = self.link(peer)?;
+        let mut rx = link.state.subscribe();
+        let (open_before, connects_before, failures_before) = {
+            let s = rx.borrow_and_update();
+            if s.departed {
+                return Err(unreachable("the host left this host's view".into()));
+            }
+            // Never queue behind a dial that just failed: fail at once (the call was not sent)
+            // and let the routing loop wait and re-resolve.
+            let now = Instant::now();
+            if s.open == 0
+                && let Some(until) = s.down_until
+                && until > now
+            {
+                return Err(unreachable(format!(
+                    "the last dial failed ({}); not dialled again for {} ms",
+                    s.last_failure.as_deref().unwrap_or("unknown reason"),
+                    (until - now).as_millis()
+                )));
+            }
+            (s.open, s.connects, s.failures)
+        };
+        // True when the call cannot have reached a socket: no connection was open when it
+        // started and none has been made since.
+        let never_sent = |s: &LinkState| open_before == 0 && s.connects == connects_before;
+        let mut grpc = tonic::client::Grpc::new(link.channel.clone())
             .max_decoding_message_size(self.config.max_message_bytes)
             .max_encoding_message_size(self.config.max_message_bytes);
         let mut req = tonic::Request::new(msg);
-        req.set_timeout(deadline - now);
+        req.set_timeout(deadline - Instant::now());
         let mut headers = std::mem::take(req.metadata_mut()).into_headers();
         self.auth
             .sign_headers(&self.self_id, self.clock.wall_unix_ms(), path, &mut headers);
         *req.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
         let call = async {
-            grpc.ready().await.map_err(|e| MeshCallError::Unreachable {
-                peer: peer.id.to_owned(),
-                addr: peer.advertise.to_owned(),
-                reason: format!("channel not ready: {e}"),
-            })?;
+            grpc.ready()
+                .await
+                .map_err(|e| unreachable(format!("channel not ready: {e}")))?;
             grpc.unary(
                 req,
                 http::uri::PathAndQuery::from_static(path),
@@ -263,11 +416,59 @@ impl MeshClient {
             .map(|r| r.into_inner())
             .map_err(|status| classify(peer, status))
         };
-        match tokio::time::timeout_at(deadline, call).await {
-            Ok(r) => r,
-            Err(_) => Err(MeshCallError::Timeout {
-                peer: peer.id.to_owned(),
-            }),
+        // Ends the call early when the link says how it ended: the peer left the view (the
+        // call may have run: outcome unknown, unless it was never sent), or the dial it was
+        // queued behind failed (it was not sent: unreachable now, not one connect timeout per
+        // queued call later).
+        let link_event = async {
+            loop {
+                {
+                    let s = rx.borrow_and_update();
+                    if s.departed {
+                        return Err(if never_sent(&s) {
+                            unreachable("the host left this host's view".into())
+                        } else {
+                            MeshCallError::OutcomeUnknown {
+                                peer: peer.id.to_owned(),
+                                reason: "the host left this host's view with the call in flight"
+                                    .into(),
+                            }
+                        });
+                    }
+                    if never_sent(&s) && s.failures != failures_before {
+                        return Err(unreachable(format!(
+                            "the dial failed: {}",
+                            s.last_failure.as_deref().unwrap_or("unknown reason")
+                        )));
+                    }
+                }
+                if rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+        };
+        tokio::select! {
+            biased;
+            r = tokio::time::timeout_at(deadline, call) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    let s = link.state.borrow();
+                    Err(if never_sent(&s) {
+                        unreachable(format!(
+                            "no connection could be made within the call's deadline{}",
+                            s.last_failure
+                                .as_deref()
+                                .map(|f| format!(" (last dial: {f})"))
+                                .unwrap_or_default()
+                        ))
+                    } else {
+                        MeshCallError::Timeout {
+                            peer: peer.id.to_owned(),
+                        }
+                    })
+                }
+            },
+            r = link_event => r,
         }
     }
 
@@ -351,6 +552,17 @@ fn classify(peer: PeerAddr<'_>, status: tonic::Status) -> MeshCallError {
         // refused it (RST_STREAM REFUSED_STREAM), or its GOAWAY named a last stream below ours
         // (h2 fails exactly those streams with the GOAWAY error). A draining peer answers new
         // calls this way; they are safe to send elsewhere.
+        // hyper's proof that a request was never handed to a connection: it was queued on one
+        // that closed (or was not ready) before the request was written.
+        if let Some(hyper) = err.downcast_ref::<hyper::Error>()
+            && hyper.is_canceled()
+        {
+            return MeshCallError::Unreachable {
+                peer: peer.id.to_owned(),
+                addr: peer.advertise.to_owned(),
+                reason: format!("the request was never sent: {hyper}"),
+            };
+        }
         if let Some(h2) = err.downcast_ref::<h2::Error>()
             && h2.is_remote()
             && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
