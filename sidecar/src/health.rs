@@ -175,6 +175,9 @@ pub async fn serve(
     let mut shutdown = Box::pin(shutdown);
     loop {
         let (stream, _) = tokio::select! {
+            // A stop wins over a flood of connections.
+            biased;
+            _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -183,7 +186,6 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => return,
         };
         let state = state.clone();
         tokio::spawn(async move {

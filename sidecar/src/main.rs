@@ -45,6 +45,7 @@ fn main() {
         let stop = host.stop(StopKind::Graceful);
         tokio::pin!(stop);
         tokio::select! {
+            biased;
             _ = &mut stop => {}
             _ = host::first_signal() => {
                 tracing::warn!("second signal: fast exit (withdrawing the membership record first)");

@@ -91,6 +91,7 @@ async fn collector(inner: Arc<Inner>) {
             // Idle: wake on a view change, on a request that met a recovering partition (e.g.
             // after the lease came back), or now and then to re-check.
             tokio::select! {
+                biased;
                 r = rx.changed() => { if r.is_err() { return; } }
                 _ = inner.kick.notified() => {}
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -149,6 +150,7 @@ async fn collector(inner: Arc<Inner>) {
                 // Failed rounds are paced (requests hitting recovering partitions do not
                 // hurry them): retry after the pause, or at once when the view changes.
                 tokio::select! {
+                    biased;
                     r = rx.changed() => { if r.is_err() { return; } }
                     _ = tokio::time::sleep(inner.config.collect_retry) => {}
                 }

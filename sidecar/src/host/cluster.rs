@@ -428,6 +428,7 @@ pub(crate) async fn bring_up(b: BringUp) {
             }
         };
         tokio::select! {
+            biased;
             r = app_rx.changed() => if r.is_err() { return },
             r = view_rx.changed() => if r.is_err() { return },
             r = fence_rx.changed() => if r.is_err() { return },

@@ -312,6 +312,7 @@ impl Host {
                         }
                     };
                     tokio::select! {
+                        biased;
                         r = app_rx.changed() => if r.is_err() { return },
                         _ = drain => {
                             let s = session.clone().expect("draining session");
@@ -493,6 +494,7 @@ pub async fn first_signal() -> io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tokio::select! {
+        biased;
         _ = term.recv() => {}
         _ = int.recv() => {}
     }

@@ -717,6 +717,7 @@ impl Inner {
                 }
             }
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(backoff) => {}
                 _ = self.wake.notified() => {}
             }
@@ -756,6 +757,7 @@ async fn beat_task(inner: Arc<Inner>, join_started: Instant) {
             Phase::Serving => {}
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep_until(next) => {
                 let started = Instant::now();
                 let ok = inner.write_lease().await.is_ok();

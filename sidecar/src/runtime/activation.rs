@@ -274,6 +274,7 @@ async fn dispatch(
     let mut warned = false;
     let outcome = loop {
         tokio::select! {
+            biased;
             outcome = &mut turn => break outcome,
             _ = tokio::time::sleep_until(env.deadline), if reply.is_some() => {
                 rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);

@@ -516,6 +516,7 @@ impl Runtime {
         loop {
             let warn_at = started + slow;
             tokio::select! {
+                biased;
                 outcome = &mut turn => return Some(outcome),
                 _ = tokio::time::sleep_until(deadline) => {
                     self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
