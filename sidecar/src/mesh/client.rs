@@ -305,6 +305,15 @@ impl MeshClient {
             let addr = addr.clone();
             let state = dial_state.clone();
             async move {
+                // tonic redials at once for requests still queued behind a failed dial (their
+                // callers are ending as unreachable); the backoff promises the peer no dial.
+                let backing_off = state.borrow().down_until.filter(|u| *u > Instant::now());
+                if let Some(until) = backing_off {
+                    return Err(std::io::Error::other(format!(
+                        "not dialled: the last dial to {addr} failed; next attempt in {} ms",
+                        (until - Instant::now()).as_millis()
+                    )));
+                }
                 let dialled = match tokio::time::timeout(timeout, connector.connect(&addr)).await {
                     Ok(r) => r,
                     Err(_) => Err(std::io::Error::new(
