@@ -108,7 +108,12 @@ async fn collector(inner: Arc<Inner>) {
         let result = loop {
             tokio::select! {
                 biased;
-                r = &mut round => break r.map_err(|e| (e, false)),
+                // A departure can end the round first: the watcher's pool trim fails the
+                // Collect to the departed host. Which task sees the view change first is up to
+                // the scheduler, so a failed round under a changed view counts as restarted too.
+                r = &mut round => {
+                    break r.map_err(|e| (e, inner.views.view().fingerprint() != fingerprint));
+                }
                 r = rx.changed() => {
                     if r.is_err() {
                         return;
