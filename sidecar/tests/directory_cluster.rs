@@ -1,7 +1,8 @@
 //! Several hosts' directories in one process, each behind its own authenticated mesh server on
 //! loopback TCP, driven by hand-built views: the single-activation guarantee under concurrent
 //! claims, ownership moving by collection, departures, and a deliberately broken variant that
-//! the same checks catch.
+//! the same checks catch. At the end, on paused time and with every dial hanging, how a
+//! collection round ends when the view changes under it.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -630,4 +631,156 @@ async fn the_check_catches_a_skipped_term_recheck() {
         conflicts > 0,
         "the next collection must report the conflict"
     );
+}
+
+/// Dials that never complete (hosts whose machines vanished), counted.
+#[derive(Default)]
+struct HangingDials {
+    dials: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl Connector for HangingDials {
+    async fn connect(&self, _addr: &str) -> std::io::Result<BoxedIo> {
+        self.dials.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        std::future::pending().await
+    }
+}
+
+/// The directory of host `a` alone, with every peer's dial hanging; its Collect RPCs wait up
+/// to 30 s, dials up to 60 s.
+fn lone_directory(first: DirView) -> (Directory, Arc<ViewCell>, Arc<HangingDials>) {
+    let cell = Arc::new(ViewCell::new("a", first, || Ok(())));
+    let dials = Arc::new(HangingDials::default());
+    let mesh = Arc::new(MeshClient::new(
+        "a",
+        auth(),
+        system(),
+        dials.clone(),
+        MeshClientConfig {
+            connect_timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
+    ));
+    let dir = Directory::start(
+        cell.clone(),
+        mesh,
+        DirectoryConfig {
+            rpc_timeout: RPC_TIMEOUT,
+            ..Default::default()
+        },
+    );
+    (dir, cell, dials)
+}
+
+const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn peer(id: &str, n: u8, status: PeerStatus) -> PeerInfo {
+    PeerInfo::new(id, format!("10.0.0.{n}:7000"), status, true)
+}
+
+/// Waits (paused clock) until `dir` has no partition recovering; returns how long it took.
+async fn ready_within(dir: &Directory, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    while dir.counters().partitions_recovering > 0 {
+        assert!(
+            t0.elapsed() < limit,
+            "not ready within {limit:?}: {:?}",
+            dir.counters()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    t0.elapsed()
+}
+
+/// Host b, which may hold claims, vanishes with a's Collect to it in flight (its dial hangs),
+/// then leaves a's view. The round is abandoned and the next one, under the new view, makes
+/// every partition ready at once — not after the 30 s RPC timeout. Which of the collector
+/// (seeing the view change) and the view watcher (trimming the mesh pool, which fails the
+/// Collect to b) runs first is drawn by tokio; twenty repetitions cover both orders, and
+/// either way the round counts as restarted.
+#[tokio::test(start_paused = true)]
+async fn a_host_leaving_mid_round_restarts_it_and_partitions_are_ready_at_once() {
+    for _ in 0..20 {
+        let a = peer("a", 1, PeerStatus::Active);
+        let b = peer("b", 2, PeerStatus::Active);
+        let (dir, cell, dials) = lone_directory(DirView::new(1, vec![a.clone(), b]));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let before = dir.counters();
+        assert!(before.partitions_recovering > 0, "{before:?}");
+        assert_eq!(before.collections_run, 0);
+        assert_eq!(dials.dials.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        cell.publish(DirView::new(2, vec![a]));
+        let took = ready_within(&dir, RPC_TIMEOUT / 30).await;
+        assert!(took < Duration::from_millis(100), "{took:?}");
+        let after = dir.counters();
+        assert_eq!(after.collections_restarted, 1, "{after:?}");
+        assert_eq!(after.collections_run, 1, "{after:?}");
+    }
+}
+
+/// Only a change of the fingerprint (the active stateful hosts) restarts a round: a newcomer
+/// that is still joining does not, one that becomes active does, at once, although no host
+/// left (nothing else could end the round: the Collect to b is still waiting for its dial).
+/// The new round asks the newcomer too.
+#[tokio::test(start_paused = true)]
+async fn a_round_restarts_when_the_fingerprint_changes_and_only_then() {
+    let a = peer("a", 1, PeerStatus::Active);
+    let b = peer("b", 2, PeerStatus::Active);
+    let (dir, cell, dials) = lone_directory(DirView::new(1, vec![a.clone(), b.clone()]));
+    let dials = || dials.dials.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dials(), 1, "the round is waiting for b");
+
+    cell.publish(DirView::new(
+        2,
+        vec![a.clone(), b.clone(), peer("c", 3, PeerStatus::Joining)],
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dir.counters().collections_restarted, 0, "same fingerprint");
+    assert_eq!(dials(), 1);
+
+    let t0 = Instant::now();
+    cell.publish(DirView::new(
+        3,
+        vec![a, b, peer("c", 3, PeerStatus::Active)],
+    ));
+    while dir.counters().collections_restarted == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_millis(100),
+            "{:?}",
+            dir.counters()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        dials(),
+        2,
+        "the new round dials the newcomer (b's dial is still pending)"
+    );
+    let c = dir.counters();
+    assert_eq!(c.collections_restarted, 1, "{c:?}");
+    assert_eq!(c.collections_run, 0);
+    assert!(c.partitions_recovering > 0, "b and c never answer: {c:?}");
+}
+
+/// Host b announced leaving (so a owns its partitions and must collect them from it), then
+/// vanished mid-drain with a's Collect to it in flight, and left the view. b was not active, so
+/// the fingerprint did not change and the round is not restarted by the view change: it is the
+/// mesh pool trim of the departure that ends the Collect to b at once, and the next round makes
+/// the partitions ready — not after the 30 s RPC timeout.
+#[tokio::test(start_paused = true)]
+async fn a_leaving_host_vanishing_mid_round_does_not_hold_the_partitions_back() {
+    let a = peer("a", 1, PeerStatus::Active);
+    let b = peer("b", 2, PeerStatus::Leaving);
+    let (dir, cell, dials) = lone_directory(DirView::new(1, vec![a.clone(), b]));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(dir.counters().partitions_recovering, 4096);
+    assert_eq!(dials.dials.load(std::sync::atomic::Ordering::SeqCst), 1);
+    cell.publish(DirView::new(2, vec![a]));
+    let took = ready_within(&dir, RPC_TIMEOUT / 30).await;
+    assert!(took < Duration::from_millis(100), "{took:?}");
+    assert_eq!(dir.counters().collections_run, 1);
 }
