@@ -13,7 +13,7 @@ use sigx_proto::v1::{
     LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
     deliver_response::Outcome,
 };
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::error::Error as _;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -216,7 +216,9 @@ pub struct MeshClient {
     clock: SharedClock,
     connector: Arc<dyn Connector>,
     config: MeshClientConfig,
-    pool: Mutex<HashMap<String, Arc<PeerLink>>>,
+    // Ordered: when several peers leave at once their waiting calls wake in one order, so a
+    // simulation replays exactly (a HashMap iterates in a per-process random order).
+    pool: Mutex<BTreeMap<String, Arc<PeerLink>>>,
 }
 
 impl std::fmt::Debug for MeshClient {
@@ -243,7 +245,7 @@ impl MeshClient {
             clock,
             connector,
             config,
-            pool: Mutex::new(HashMap::new()),
+            pool: Mutex::new(BTreeMap::new()),
         }
     }
 
