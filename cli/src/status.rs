@@ -25,6 +25,11 @@ pub struct StatusArgs {
     /// With --kubernetes: the ActorCluster to show (default: every one in the namespace).
     #[arg(long, requires = "kubernetes")]
     pub cluster: Option<String>,
+
+    /// Print the status as one JSON object (stable camelCase field names) for scripts and
+    /// monitoring, instead of the table.
+    #[arg(long, conflicts_with = "kubernetes")]
+    pub json: bool,
 }
 
 /// Wall-clock now in Unix milliseconds, only to show host ages (`started_at` is the host's own
@@ -201,6 +206,49 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
     out
 }
 
+fn host_json(h: &Host) -> serde_json::Value {
+    serde_json::json!({
+        "id": h.id,
+        "advertise": h.advertise,
+        "status": h.status.to_string(),
+        "node": h.node(),
+        "types": h.types,
+        "statefulTypes": h.stateful_types,
+        "meta": h.meta,
+        "startedAtUnixMs": h.started_at_unix_ms,
+    })
+}
+
+/// The whole status as JSON: what `render_status` prints, with nothing left out and no
+/// formatting to parse. Counters and activations are objects keyed by name, so a script reads
+/// `.counters.remoteDispatches` directly.
+pub fn status_json(status: &StatusResponse) -> serde_json::Value {
+    let host = status.host.clone().map(Host::from_proto);
+    let activations: serde_json::Map<String, serde_json::Value> = status
+        .activations
+        .iter()
+        .map(|a| (a.actor_type.clone(), a.activations.into()))
+        .collect();
+    let counters: std::collections::BTreeMap<&String, &u64> = status.counters.iter().collect();
+    let view = status.view.clone().map(|v| {
+        let v = Members::from_proto(v);
+        serde_json::json!({
+            "version": v.version,
+            "hosts": v.hosts.iter().map(host_json).collect::<Vec<_>>(),
+            "nodes": v.node_count(),
+        })
+    });
+    serde_json::json!({
+        "host": host.as_ref().map(host_json),
+        "state": status.state,
+        "fenceReason": (!status.fence_reason.is_empty()).then_some(&status.fence_reason),
+        "appConnected": status.app_connected,
+        "activations": activations,
+        "counters": counters,
+        "view": view,
+    })
+}
+
 pub async fn run(args: StatusArgs) -> ExitCode {
     if args.kubernetes {
         return crate::kubernetes::run(args.namespace.as_deref(), args.cluster.as_deref()).await;
@@ -213,6 +261,10 @@ pub async fn run(args: StatusArgs) -> ExitCode {
         }
     };
     match client.with_timeout(Duration::from_secs(10)).status().await {
+        Ok(status) if args.json => {
+            println!("{:#}", status_json(&status));
+            ExitCode::SUCCESS
+        }
         Ok(status) => {
             print!("{}", render_status(&status, now_unix_ms()));
             ExitCode::SUCCESS
@@ -316,5 +368,46 @@ mod tests {
         ] {
             assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
         }
+    }
+
+    #[test]
+    fn the_json_status_carries_every_field_under_stable_names() {
+        let status = v1::StatusResponse {
+            host: Some(desc("dev-1-abc", Some("box"), Some(&["Counter", "Echo"]))),
+            state: "fenced".into(),
+            fence_reason: "lease lost".into(),
+            app_connected: false,
+            activations: vec![v1::TypeActivations {
+                actor_type: "Counter".into(),
+                activations: 12,
+            }],
+            counters: [("remoteDispatches".to_string(), 40)].into(),
+            view: Some(v1::MembersResponse {
+                version: 3,
+                hosts: vec![
+                    desc("dev-1-abc", Some("box"), Some(&["Counter"])),
+                    desc("dev-2-def", None, None),
+                ],
+            }),
+        };
+        let j = status_json(&status);
+        assert_eq!(j["host"]["id"], "dev-1-abc");
+        assert_eq!(j["host"]["node"], "box");
+        assert_eq!(j["host"]["types"], serde_json::json!(["Counter", "Echo"]));
+        assert_eq!(j["host"]["statefulTypes"], serde_json::json!(["Counter"]));
+        assert_eq!(j["state"], "fenced");
+        assert_eq!(j["fenceReason"], "lease lost");
+        assert_eq!(j["appConnected"], false);
+        assert_eq!(j["activations"]["Counter"], 12);
+        assert_eq!(j["counters"]["remoteDispatches"], 40);
+        assert_eq!(j["view"]["version"], 3);
+        assert_eq!(j["view"]["hosts"][1]["id"], "dev-2-def");
+        assert_eq!(j["view"]["hosts"][1]["node"], serde_json::Value::Null);
+        assert_eq!(j["view"]["hosts"][1]["types"], serde_json::Value::Null);
+        assert_eq!(j["view"]["nodes"], 1);
+        // A healthy host has no fence reason at all, not an empty string.
+        let mut ok = status.clone();
+        ok.fence_reason.clear();
+        assert_eq!(status_json(&ok)["fenceReason"], serde_json::Value::Null);
     }
 }

@@ -177,6 +177,16 @@ fn status_shows_host_types_activations_and_the_fleet() {
         status.contains("the fleet said nothing about where it runs"),
         "{status}"
     );
+    // The same status for scripts: one JSON object read by field name.
+    let out = sigx(&["status", "--socket", s, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("status --json is JSON");
+    assert_eq!(j["state"], "ready", "{j}");
+    assert_eq!(j["appConnected"], true, "{j}");
+    assert_eq!(j["activations"]["Counter"], 3, "{j}");
+    assert!(j["counters"]["localDispatches"].as_u64() >= Some(3), "{j}");
+    assert_eq!(j["view"]["hosts"][0]["id"], j["host"]["id"], "{j}");
+    assert_eq!(j["view"]["nodes"], serde_json::Value::Null, "{j}");
 }
 
 #[test]
