@@ -12,7 +12,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use sigx_crds::{ActorCluster, ActorClusterStatus, condition_types};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{info, warn};
 
 use super::{Context, condition, condition_status};
 use crate::error::ReconcileError;
@@ -149,29 +149,11 @@ pub async fn reconcile(
     cluster: Arc<ActorCluster>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let name = cluster.name_any();
-    let namespace = cluster
-        .namespace()
-        .ok_or_else(|| ReconcileError::NoNamespace {
-            kind: KIND,
-            name: name.clone(),
-        })?;
-    let span = info_span!("reconcile", kind = KIND, namespace = %namespace, name = %name);
-    let key = format!("{KIND}/{namespace}/{name}");
-    let started = tokio::time::Instant::now();
-    let result = reconcile_inner(&cluster, &ctx, &namespace, &name)
-        .instrument(span)
-        .await;
-    let label = crate::metrics::KindLabel { kind: KIND };
-    ctx.metrics.reconciles.get_or_create(&label).inc();
-    ctx.metrics
-        .duration
-        .get_or_create(&label)
-        .observe(started.elapsed().as_secs_f64());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key);
-    }
-    result
+    let (cluster, ctx) = (&*cluster, &*ctx);
+    super::instrumented(KIND, cluster, ctx, |namespace, name| async move {
+        reconcile_inner(cluster, ctx, &namespace, &name).await
+    })
+    .await
 }
 
 async fn reconcile_inner(

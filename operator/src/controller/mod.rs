@@ -108,6 +108,41 @@ impl Context {
 }
 
 /// A condition, keeping `lastTransitionTime` from `previous` when the status did not change.
+/// What every reconcile does around its own work: a span naming the object, the reconcile
+/// counter and duration histogram by kind, and resetting the object's error backoff on success.
+/// `work` gets the object's namespace and name.
+pub(crate) async fn instrumented<K, Fut>(
+    kind: &'static str,
+    obj: &K,
+    ctx: &Context,
+    work: impl FnOnce(String, String) -> Fut,
+) -> Result<kube::runtime::controller::Action, ReconcileError>
+where
+    K: ResourceExt,
+    Fut: std::future::Future<Output = Result<kube::runtime::controller::Action, ReconcileError>>,
+{
+    use tracing::Instrument;
+    let name = obj.name_any();
+    let namespace = obj.namespace().ok_or_else(|| ReconcileError::NoNamespace {
+        kind,
+        name: name.clone(),
+    })?;
+    let span = tracing::info_span!("reconcile", kind, namespace = %namespace, name = %name);
+    let key = format!("{kind}/{namespace}/{name}");
+    let started = tokio::time::Instant::now();
+    let result = work(namespace, name).instrument(span).await;
+    let label = crate::metrics::KindLabel { kind };
+    ctx.metrics.reconciles.get_or_create(&label).inc();
+    ctx.metrics
+        .duration
+        .get_or_create(&label)
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        ctx.backoff.succeeded(&key);
+    }
+    result
+}
+
 pub(crate) fn condition(
     previous: &[Condition],
     type_: &str,

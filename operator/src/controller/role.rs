@@ -11,7 +11,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use sigx_crds::{ActorCluster, ActorRole, ActorRoleStatus, condition_types};
-use tracing::{Instrument, info, info_span};
+use tracing::info;
 
 use super::{Context, condition};
 use crate::error::ReconcileError;
@@ -111,29 +111,11 @@ pub fn role_status(
 
 /// Reconciles one ActorRole.
 pub async fn reconcile(role: Arc<ActorRole>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
-    let name = role.name_any();
-    let namespace = role
-        .namespace()
-        .ok_or_else(|| ReconcileError::NoNamespace {
-            kind: KIND,
-            name: name.clone(),
-        })?;
-    let span = info_span!("reconcile", kind = KIND, namespace = %namespace, name = %name);
-    let key = format!("{KIND}/{namespace}/{name}");
-    let started = tokio::time::Instant::now();
-    let result = reconcile_inner(&role, &ctx, &namespace, &name)
-        .instrument(span)
-        .await;
-    let label = crate::metrics::KindLabel { kind: KIND };
-    ctx.metrics.reconciles.get_or_create(&label).inc();
-    ctx.metrics
-        .duration
-        .get_or_create(&label)
-        .observe(started.elapsed().as_secs_f64());
-    if result.is_ok() {
-        ctx.backoff.succeeded(&key);
-    }
-    result
+    let (role, ctx) = (&*role, &*ctx);
+    super::instrumented(KIND, role, ctx, |namespace, name| async move {
+        reconcile_inner(role, ctx, &namespace, &name).await
+    })
+    .await
 }
 
 async fn reconcile_inner(
