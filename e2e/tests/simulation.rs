@@ -16,7 +16,7 @@
 
 use sigx_e2e::sim::{self, Promise, Scenario, SimConfig, SimReport};
 use sigx_sidecar::directory::ProtocolFaults;
-use sigx_sidecar::membership::ExpiryCheck;
+use sigx_sidecar::membership::{ExpiryCheck, SelfFence};
 use std::time::Instant;
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -266,6 +266,16 @@ fn broken_expiry_without_fresh_read_is_caught() {
     });
 }
 
+/// The issue's own example: an expired host that keeps serving. Cut off from the store, it
+/// cannot renew; its peers expire it and place its actors anew while it still runs turns.
+#[test]
+fn broken_expired_host_keeps_serving_is_caught() {
+    find_violation("expired_host_keeps_serving", 60, |seed| SimConfig {
+        self_fence: SelfFence::Never,
+        ..SimConfig::random(seed)
+    });
+}
+
 fn median_max(v: &mut [u64]) -> (u64, u64) {
     if v.is_empty() {
         return (0, 0);
@@ -338,7 +348,7 @@ fn schedules() {
 }
 
 /// The config the debug aids use: `SIGX_SIM_CHURN=1` for the churn mix, `SIGX_SIM_BROKEN=`
-/// `term` | `collect` | `expiry` for a broken variant.
+/// `term` | `collect` | `expiry` | `fence` for a broken variant.
 fn config_from_env(seed: u64) -> SimConfig {
     let mut cfg = if std::env::var("SIGX_SIM_CHURN").is_ok() {
         SimConfig::churn(seed)
@@ -355,6 +365,7 @@ fn config_from_env(seed: u64) -> SimConfig {
         Ok("term") => cfg.faults.skip_term_recheck = true,
         Ok("collect") => cfg.faults.collect_ignores_fingerprint = true,
         Ok("expiry") => cfg.expiry_check = ExpiryCheck::TrustLocalJudgement,
+        Ok("fence") => cfg.self_fence = SelfFence::Never,
         _ => {}
     }
     cfg

@@ -36,7 +36,7 @@ use faults::{Fault, Schedule, Timed};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sigx_sidecar::directory::ProtocolFaults;
-use sigx_sidecar::membership::{ExpiryCheck, MemoryHub};
+use sigx_sidecar::membership::{ExpiryCheck, MemoryHub, SelfFence};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -81,6 +81,8 @@ pub struct SimConfig {
     pub faults: ProtocolFaults,
     /// Deliberately broken expiry confirmation (checker tests only).
     pub expiry_check: ExpiryCheck,
+    /// Deliberately broken self-fencing (checker tests only).
+    pub self_fence: SelfFence,
 }
 
 /// Time after the deadline within which every call must have been answered.
@@ -106,6 +108,7 @@ impl SimConfig {
             mix: faults::Mix::All,
             faults: ProtocolFaults::default(),
             expiry_check: ExpiryCheck::FreshRead,
+            self_fence: SelfFence::OnExpiry,
         }
     }
 

@@ -23,6 +23,23 @@ pub struct MembershipConfig {
     /// prevents.
     #[doc(hidden)]
     pub expiry_check: ExpiryCheck,
+    /// Whether a stateful host fences itself when its own lease runs out. Only tests change
+    /// this, to show what self-fencing prevents.
+    #[doc(hidden)]
+    pub self_fence: SelfFence,
+}
+
+/// Whether a host judges its own lease (the HeartbeatClock) before serving.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SelfFence {
+    /// A stateful host whose lease ran out on its own clocks stops serving at once (DESIGN.md
+    /// §3): before any peer can expire it and place its actors elsewhere.
+    #[default]
+    OnExpiry,
+    /// DELIBERATELY BROKEN, for tests only: never judge the own lease. A host cut off from the
+    /// store keeps serving its activations after its peers expired it and re-placed them.
+    Never,
 }
 
 /// How an observer confirms that a silent peer expired.
@@ -46,6 +63,7 @@ impl Default for MembershipConfig {
             coalesce: Duration::ZERO,
             rejoin_backoff_max: Duration::from_secs(30),
             expiry_check: ExpiryCheck::FreshRead,
+            self_fence: SelfFence::OnExpiry,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::MembershipError;
 use super::coalesce::{ReadFn, RefreshCoalescer};
-use super::config::{ExpiryCheck, MembershipConfig};
+use super::config::{ExpiryCheck, MembershipConfig, SelfFence};
 use super::descriptor::{HostDescriptor, HostStatus};
 use super::heartbeat::{FenceReason, HeartbeatClock, LostCause};
 use super::provider::{
@@ -385,6 +385,7 @@ impl Inner {
 
     fn check_and_lapse(&self) {
         if self.phase() == Phase::Serving
+            && self.cfg.self_fence == SelfFence::OnExpiry
             && let Err(reason) = self.hb.check()
         {
             self.lapse(reason);
@@ -870,7 +871,7 @@ impl MembershipHandle {
             Phase::Left => return Err(FenceReason::Left),
             Phase::Serving | Phase::Lapsed => {}
         }
-        if !self.inner.stateful {
+        if !self.inner.stateful || self.inner.cfg.self_fence == SelfFence::Never {
             return Ok(());
         }
         match self.inner.hb.check() {

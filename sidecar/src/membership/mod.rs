@@ -47,7 +47,9 @@ pub mod sqlite;
 pub mod view;
 
 pub use coalesce::RefreshCoalescer;
-pub use config::{ExpiryCheck, MembershipConfig, MembershipConfigError, validate_timing};
+pub use config::{
+    ExpiryCheck, MembershipConfig, MembershipConfigError, SelfFence, validate_timing,
+};
 pub use descriptor::{DescriptorError, HostDescriptor, HostStatus};
 pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};
 pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
