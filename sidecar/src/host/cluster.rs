@@ -414,11 +414,12 @@ pub(crate) async fn bring_up(b: BringUp) {
         if !state.leaving() {
             state
                 .set_ready(wanted == HostStatus::Active && self_status == Some(HostStatus::Active));
-            if self_status.is_some() && self_status != Some(wanted) && wanted != HostStatus::Leaving
+            if self_status.is_some()
+                && self_status != Some(wanted)
+                && wanted != HostStatus::Leaving
+                && let Err(e) = membership.set_status(wanted).await
             {
-                if let Err(e) = membership.set_status(wanted).await {
-                    tracing::warn!(error = %e, status = wanted.as_str(), "could not publish status");
-                }
+                tracing::warn!(error = %e, status = wanted.as_str(), "could not publish status");
             }
         }
         let drain_signal = async {
