@@ -1,24 +1,23 @@
 //! The mesh over real loopback TCP: signed calls work; every kind of bad input is refused with
 //! the right status and nothing crashes; every failed call is classified by whether it ran.
 
+#[path = "support/mesh_server.rs"]
+mod mesh_server;
+
 use async_trait::async_trait;
 use bytes::Bytes;
+use mesh_server::{CLIENT_ID, MeshServer, SERVER_ID};
 use sigx_proto::v1::DeliverRequest;
 use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::{ManualClock, SharedClock, system};
-use sigx_sidecar::directory::{
-    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell,
-};
 use sigx_sidecar::mesh::{
     AcceptLimits, BoxedIo, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient,
-    MeshClientConfig, MeshServerConfig, MeshService, PeerAddr, TcpConnector, TcpMeshListener,
-    Verifier, serve,
+    MeshClientConfig, MeshServerConfig, PeerAddr, TcpConnector,
 };
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 const SECRET: &str = "correct horse battery staple";
@@ -51,87 +50,23 @@ impl DeliverHandler for Handler {
     }
 }
 
-struct Server {
-    addr: SocketAddr,
-    entered: Arc<Notify>,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
-    _dir: Directory,
+type Server = MeshServer<Handler>;
+
+async fn start_server() -> Server {
+    start_server_with(|_| {}).await
 }
 
-impl Server {
-    async fn start() -> Server {
-        Server::start_with(|_| {}).await
-    }
-
-    async fn start_with(tweak: impl FnOnce(&mut MeshServerConfig)) -> Server {
-        let listener = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap();
-        let view = DirView::new(
-            1,
-            vec![
-                PeerInfo::new("server", addr.to_string(), PeerStatus::Active, true),
-                PeerInfo::new("client", "127.0.0.1:1", PeerStatus::Active, false),
-            ],
-        );
-        let cell = Arc::new(ViewCell::new("server", view, || Ok(())));
-        let auth = MeshAuth::from_config(Some(SECRET), false).unwrap();
-        let mesh = Arc::new(MeshClient::new(
-            "server",
-            auth.clone(),
-            system(),
-            Arc::new(TcpConnector),
-            MeshClientConfig::default(),
-        ));
-        let dir = Directory::start(cell.clone(), mesh, DirectoryConfig::default());
-        let verifier = Arc::new(Verifier::new(
-            auth,
-            system(),
-            Duration::from_secs(60),
-            Arc::new(KnownFromViews(cell)),
-        ));
-        let entered = Arc::new(Notify::new());
-        let mut config = MeshServerConfig {
-            max_message_bytes: MAX_MSG,
-            ..Default::default()
-        };
-        tweak(&mut config);
-        let service = MeshService::new(
-            Arc::new(Handler {
-                entered: entered.clone(),
-            }),
-            Arc::new(dir.clone()),
-            &config,
-        );
-        let (stop, rx) = oneshot::channel();
-        let done = tokio::spawn(serve(listener, verifier, service, config, async {
-            let _ = rx.await;
-        }));
-        Server {
-            addr,
-            entered,
-            stop: Some(stop),
-            done,
-            _dir: dir,
-        }
-    }
-
-    fn peer(&self) -> (String, String) {
-        ("server".into(), self.addr.to_string())
-    }
-
-    /// Asserts the server task is alive, then shuts it down cleanly.
-    async fn stop(mut self) {
-        assert!(!self.done.is_finished(), "the mesh server died");
-        self.stop.take().unwrap().send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), self.done)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
-    }
+/// A server on loopback TCP with messages capped at `MAX_MSG`, then `tweak`ed.
+async fn start_server_with(tweak: impl FnOnce(&mut MeshServerConfig)) -> Server {
+    let mut config = MeshServerConfig {
+        max_message_bytes: MAX_MSG,
+        ..Default::default()
+    };
+    tweak(&mut config);
+    let handler = Handler {
+        entered: Arc::new(Notify::new()),
+    };
+    MeshServer::tcp(secret(), handler, config).await
 }
 
 fn client_with(
@@ -154,7 +89,7 @@ fn client_with(
 }
 
 fn client(auth: MeshAuth) -> MeshClient {
-    client_with("client", auth, system(), Arc::new(TcpConnector))
+    client_with(CLIENT_ID, auth, system(), Arc::new(TcpConnector))
 }
 
 fn secret() -> MeshAuth {
@@ -175,16 +110,8 @@ fn call(method: &str, payload: impl Into<Bytes>) -> DeliverRequest {
 }
 
 async fn deliver(c: &MeshClient, s: &Server, req: DeliverRequest) -> Result<Bytes, MeshCallError> {
-    let (id, addr) = s.peer();
-    c.deliver(
-        PeerAddr {
-            id: &id,
-            advertise: &addr,
-        },
-        req,
-        Instant::now() + Duration::from_secs(5),
-    )
-    .await
+    c.deliver(s.peer(), req, Instant::now() + Duration::from_secs(5))
+        .await
 }
 
 fn answered_kind(r: Result<Bytes, MeshCallError>) -> (ErrorKind, String) {
@@ -196,7 +123,7 @@ fn answered_kind(r: Result<Bytes, MeshCallError>) -> (ErrorKind, String) {
 
 #[tokio::test]
 async fn signed_calls_round_trip_and_answers_keep_their_kind() {
-    let s = Server::start().await;
+    let s = start_server().await;
     let c = client(secret());
     assert_eq!(deliver(&c, &s, call("echo", "hi")).await.unwrap(), "hi");
     // The handler sees the authenticated peer id.
@@ -209,7 +136,7 @@ async fn signed_calls_round_trip_and_answers_keep_their_kind() {
 
 #[tokio::test]
 async fn missing_and_wrong_macs_are_unauthenticated() {
-    let s = Server::start().await;
+    let s = start_server().await;
     let (kind, _) =
         answered_kind(deliver(&client(MeshAuth::Insecure), &s, call("echo", "x")).await);
     assert_eq!(kind, ErrorKind::Unauthenticated);
@@ -230,11 +157,11 @@ async fn missing_and_wrong_macs_are_unauthenticated() {
 
 #[tokio::test]
 async fn a_replayed_old_timestamp_is_refused() {
-    let s = Server::start().await;
+    let s = start_server().await;
     // A client whose requests are stamped two minutes ago: exactly what a captured and replayed
     // request looks like to the server.
     let old = ManualClock::new(system().wall() - Duration::from_secs(120));
-    let c = client_with("client", secret(), Arc::new(old), Arc::new(TcpConnector));
+    let c = client_with(CLIENT_ID, secret(), Arc::new(old), Arc::new(TcpConnector));
     let (kind, msg) = answered_kind(deliver(&c, &s, call("echo", "x")).await);
     assert_eq!(kind, ErrorKind::Unauthenticated);
     assert!(msg.contains("window"), "{msg}");
@@ -243,7 +170,7 @@ async fn a_replayed_old_timestamp_is_refused() {
 
 #[tokio::test]
 async fn an_unknown_peer_is_refused_before_any_work() {
-    let s = Server::start().await;
+    let s = start_server().await;
     let c = client_with("stranger", secret(), system(), Arc::new(TcpConnector));
     match deliver(&c, &s, call("hang", "x")).await {
         Err(e @ MeshCallError::Answered(_)) => {
@@ -259,9 +186,9 @@ async fn an_unknown_peer_is_refused_before_any_work() {
 
 #[tokio::test]
 async fn garbage_bytes_and_oversize_frames_do_not_crash_the_server() {
-    let s = Server::start().await;
+    let s = start_server().await;
     // 1. Not HTTP/2 at all.
-    let mut junk = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut junk = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
     let bytes: Vec<u8> = (0..64 * 1024u32)
         .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
         .collect();
@@ -273,7 +200,7 @@ async fn garbage_bytes_and_oversize_frames_do_not_crash_the_server() {
         "the server must close a connection that speaks garbage"
     );
     // 2. A valid preface, then a frame header announcing a 16 MiB DATA frame.
-    let mut big = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut big = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
     big.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         .await
         .unwrap();
@@ -354,7 +281,7 @@ impl Connector for Cuttable {
 
 #[tokio::test]
 async fn a_connection_dying_in_flight_is_outcome_unknown() {
-    let s = Server::start().await;
+    let s = start_server().await;
     let cut = Arc::new(Notify::new());
     let c = Arc::new(client_with(
         "client",
@@ -362,13 +289,13 @@ async fn a_connection_dying_in_flight_is_outcome_unknown() {
         system(),
         Arc::new(Cuttable { cut: cut.clone() }),
     ));
-    let (id, addr) = s.peer();
+    let addr = s.addr.clone();
     let call_task = {
         let c = c.clone();
         tokio::spawn(async move {
             c.deliver(
                 PeerAddr {
-                    id: &id,
+                    id: SERVER_ID,
                     advertise: &addr,
                 },
                 call("hang", "x"),
@@ -377,7 +304,7 @@ async fn a_connection_dying_in_flight_is_outcome_unknown() {
             .await
         })
     };
-    tokio::time::timeout(Duration::from_secs(5), s.entered.notified())
+    tokio::time::timeout(Duration::from_secs(5), s.handler.entered.notified())
         .await
         .expect("the call reached the handler");
     cut.notify_one();
@@ -397,16 +324,12 @@ async fn a_connection_dying_in_flight_is_outcome_unknown() {
 
 #[tokio::test]
 async fn the_deadline_bounds_a_call() {
-    let s = Server::start().await;
+    let s = start_server().await;
     let c = client(secret());
-    let (id, addr) = s.peer();
     let started = Instant::now();
     let r = c
         .deliver(
-            PeerAddr {
-                id: &id,
-                advertise: &addr,
-            },
+            s.peer(),
             call("hang", "x"),
             Instant::now() + Duration::from_millis(200),
         )
@@ -465,7 +388,7 @@ async fn a_refused_stream_is_unreachable_and_never_ran() {
 
 #[tokio::test]
 async fn silent_connections_are_closed_and_connections_are_capped() {
-    let s = Server::start_with(|c| {
+    let s = start_server_with(|c| {
         c.accept = AcceptLimits {
             max_connections: 2,
             first_byte_timeout: Duration::from_millis(300),
@@ -473,7 +396,7 @@ async fn silent_connections_are_closed_and_connections_are_capped() {
     })
     .await;
     // A socket that never speaks is closed after the first-byte timeout.
-    let mut silent = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+    let mut silent = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
     let mut sink = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(3), silent.read_to_end(&mut sink)).await;
     assert!(closed.is_ok(), "a silent connection must be closed");
@@ -481,7 +404,7 @@ async fn silent_connections_are_closed_and_connections_are_capped() {
     // Two connections that keep the server busy fill the cap: a third waits in the backlog.
     let mut hogs = Vec::new();
     for _ in 0..2 {
-        let mut h = tokio::net::TcpStream::connect(s.addr).await.unwrap();
+        let mut h = tokio::net::TcpStream::connect(&s.addr).await.unwrap();
         h.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
             .await
             .unwrap();
@@ -490,13 +413,9 @@ async fn silent_connections_are_closed_and_connections_are_capped() {
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let c = client(secret());
-    let (id, addr) = s.peer();
     let blocked = c
         .deliver(
-            PeerAddr {
-                id: &id,
-                advertise: &addr,
-            },
+            s.peer(),
             call("echo", "x"),
             Instant::now() + Duration::from_millis(500),
         )

@@ -12,25 +12,25 @@
 //! ends), so "within one connect timeout" is measured exactly, not guessed. The tests that need
 //! a real kernel socket run on loopback TCP with real time and bounds far from their timeouts.
 
+#[path = "support/mesh_server.rs"]
+mod mesh_server;
+
 use async_trait::async_trait;
 use bytes::Bytes;
+use mesh_server::{CLIENT_ID, MeshServer, tcp_listener};
 use sigx_proto::v1::DeliverRequest;
 use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::system;
-use sigx_sidecar::directory::{
-    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell,
-};
 use sigx_sidecar::mesh::{
     BoxedIo, Connector, DeliverHandler, Listener, MeshAuth, MeshCallError, MeshClient,
-    MeshClientConfig, MeshServerConfig, MeshService, PeerAddr, TcpConnector, TcpMeshListener,
-    Verifier, serve,
+    MeshClientConfig, MeshServerConfig, PeerAddr, TcpConnector,
 };
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::DuplexStream;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -69,85 +69,19 @@ impl DeliverHandler for Handler {
     }
 }
 
-struct Server {
-    addr: String,
-    entered: Arc<Notify>,
-    stop: Option<oneshot::Sender<()>>,
-    done: JoinHandle<Result<(), tonic::transport::Error>>,
-    _dir: Directory,
+type Server = MeshServer<Handler>;
+
+/// Serves `listener`, known to its peers as `server` at `addr`; accepts calls from `client`.
+async fn serve_on(listener: impl Listener, addr: String) -> Server {
+    let handler = Handler {
+        entered: Arc::new(Notify::new()),
+    };
+    MeshServer::start(listener, addr, auth(), handler, MeshServerConfig::default()).await
 }
 
-impl Server {
-    /// Serves `listener`, known to its peers as `server` at `addr`; accepts calls from `client`.
-    async fn start(listener: impl Listener, addr: String) -> Server {
-        let view = DirView::new(
-            1,
-            vec![
-                PeerInfo::new("server", addr.as_str(), PeerStatus::Active, true),
-                PeerInfo::new("client", "127.0.0.1:1", PeerStatus::Active, false),
-            ],
-        );
-        let cell = Arc::new(ViewCell::new("server", view, || Ok(())));
-        let mesh = Arc::new(MeshClient::new(
-            "server",
-            auth(),
-            system(),
-            Arc::new(TcpConnector),
-            MeshClientConfig::default(),
-        ));
-        let dir = Directory::start(cell.clone(), mesh, DirectoryConfig::default());
-        let verifier = Arc::new(Verifier::new(
-            auth(),
-            system(),
-            Duration::from_secs(60),
-            Arc::new(KnownFromViews(cell)),
-        ));
-        let entered = Arc::new(Notify::new());
-        let config = MeshServerConfig::default();
-        let service = MeshService::new(
-            Arc::new(Handler {
-                entered: entered.clone(),
-            }),
-            Arc::new(dir.clone()),
-            &config,
-        );
-        let (stop, rx) = oneshot::channel();
-        let done = tokio::spawn(serve(listener, verifier, service, config, async {
-            let _ = rx.await;
-        }));
-        Server {
-            addr,
-            entered,
-            stop: Some(stop),
-            done,
-            _dir: dir,
-        }
-    }
-
-    async fn tcp() -> Server {
-        let listener = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        Server::start(listener, addr).await
-    }
-
-    fn peer(&self) -> PeerAddr<'_> {
-        PeerAddr {
-            id: "server",
-            advertise: &self.addr,
-        }
-    }
-
-    async fn stop(mut self) {
-        assert!(!self.done.is_finished(), "the mesh server died");
-        self.stop.take().unwrap().send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(5), self.done)
-            .await
-            .expect("server stops")
-            .unwrap()
-            .unwrap();
-    }
+async fn serve_tcp() -> Server {
+    let (listener, addr) = tcp_listener().await;
+    serve_on(listener, addr).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,7 +176,7 @@ impl Listener for MemListener {
 
 fn client(connector: Arc<dyn Connector>, config: MeshClientConfig) -> Arc<MeshClient> {
     Arc::new(MeshClient::new(
-        "client",
+        CLIENT_ID,
         auth(),
         system(),
         connector,
@@ -393,7 +327,7 @@ async fn five_calls_end_together_after_one_connect_timeout(c: &Arc<MeshClient>, 
 async fn a_failed_dial_fails_calls_fast_for_the_backoff_then_the_recovered_peer_serves() {
     let refuse_after = Duration::from_millis(50);
     let (net, listener) = MemNet::new(Mode::Refuse(refuse_after));
-    let server = Server::start(listener, MEM_ADDR.to_owned()).await;
+    let server = serve_on(listener, MEM_ADDR.to_owned()).await;
     let backoff = Duration::from_millis(500);
     let c = client(
         net.clone(),
@@ -503,7 +437,7 @@ async fn a_call_whose_deadline_passes_while_the_dial_hangs_is_unreachable() {
 #[tokio::test(start_paused = true)]
 async fn a_call_sent_on_a_connection_that_times_out_is_timeout_not_unreachable() {
     let (net, listener) = MemNet::new(Mode::Up);
-    let server = Server::start(listener, MEM_ADDR.to_owned()).await;
+    let server = serve_on(listener, MEM_ADDR.to_owned()).await;
     let c = client(net.clone(), config(Duration::from_secs(1)));
     // First call: it dials, is sent, and the handler never answers.
     let t0 = Instant::now();
@@ -553,7 +487,7 @@ async fn a_call_written_to_a_peer_that_never_answers_is_timeout_not_unreachable(
 #[tokio::test(start_paused = true)]
 async fn a_closed_connection_no_longer_counts_as_open() {
     let (net, listener) = MemNet::new(Mode::Up);
-    let server = Server::start(listener, MEM_ADDR.to_owned()).await;
+    let server = serve_on(listener, MEM_ADDR.to_owned()).await;
     let c = client(net.clone(), config(Duration::from_secs(10)));
     let r = deliver(&c, "server", MEM_ADDR, "echo", Instant::now() + ms(500)).await;
     assert_eq!(r.unwrap(), "payload");
@@ -576,7 +510,7 @@ async fn a_closed_connection_no_longer_counts_as_open() {
 /// served: forgetting a peer does not poison its id.
 #[tokio::test]
 async fn forget_ends_a_call_in_flight_as_outcome_unknown() {
-    let s = Server::tcp().await;
+    let s = serve_tcp().await;
     let c = client(Arc::new(TcpConnector), config(Duration::from_secs(1)));
     let in_flight = spawn_call(
         &c,
@@ -585,7 +519,7 @@ async fn forget_ends_a_call_in_flight_as_outcome_unknown() {
         "hang",
         Instant::now() + Duration::from_secs(20),
     );
-    tokio::time::timeout(Duration::from_secs(5), s.entered.notified())
+    tokio::time::timeout(Duration::from_secs(5), s.handler.entered.notified())
         .await
         .expect("the call reached the handler");
     let forgot_at = Instant::now();

@@ -2,18 +2,18 @@
 //! each run: peers with certificates from the cluster CA talk; a peer with a certificate from
 //! another CA, or with no TLS at all, is refused (the call never ran) and the server lives on.
 
+#[path = "support/mesh_server.rs"]
+mod mesh_server;
+
 use async_trait::async_trait;
 use bytes::Bytes;
+use mesh_server::{CLIENT_ID, MeshServer, tcp_listener};
 use sigx_proto::ActorError;
 use sigx_proto::v1::DeliverRequest;
 use sigx_sidecar::clock::system;
-use sigx_sidecar::directory::{
-    DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell,
-};
 use sigx_sidecar::mesh::{
     Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient, MeshClientConfig,
-    MeshServerConfig, MeshService, MeshTls, MeshTlsConfig, PeerAddr, TcpConnector, TcpMeshListener,
-    TlsConnector, TlsListener, Verifier, serve,
+    MeshServerConfig, MeshTls, MeshTlsConfig, TcpConnector, TlsConnector, TlsListener,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,48 +127,19 @@ fn auth() -> MeshAuth {
     MeshAuth::from_config(Some("tls and hmac together"), false).unwrap()
 }
 
-async fn tls_server(cfg: &MeshTlsConfig) -> (String, tokio::task::JoinHandle<()>, Directory) {
-    let tcp = TcpMeshListener::bind("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let addr = tcp.local_addr().unwrap().to_string();
+async fn tls_server(cfg: &MeshTlsConfig) -> MeshServer<Echo> {
+    let (tcp, addr) = tcp_listener().await;
     let tls = Arc::new(MeshTls::load(cfg).unwrap());
     let listener = TlsListener::new(tcp, tls, Duration::from_secs(2));
-    let view = DirView::new(
-        1,
-        vec![
-            PeerInfo::new("server", addr.as_str(), PeerStatus::Active, true),
-            PeerInfo::new("client", "127.0.0.1:1", PeerStatus::Active, false),
-        ],
-    );
-    let cell = Arc::new(ViewCell::new("server", view, || Ok(())));
-    let mesh = Arc::new(MeshClient::new(
-        "server",
-        auth(),
-        system(),
-        Arc::new(TcpConnector),
-        MeshClientConfig::default(),
-    ));
-    let dir = Directory::start(cell.clone(), mesh, DirectoryConfig::default());
-    let verifier = Arc::new(Verifier::new(
-        auth(),
-        system(),
-        Duration::from_secs(60),
-        Arc::new(KnownFromViews(cell)),
-    ));
-    let config = MeshServerConfig::default();
-    let service = MeshService::new(Arc::new(Echo), Arc::new(dir.clone()), &config);
-    let task = tokio::spawn(async move {
-        serve(listener, verifier, service, config, std::future::pending())
-            .await
-            .unwrap();
-    });
-    (addr, task, dir)
+    MeshServer::start(listener, addr, auth(), Echo, MeshServerConfig::default()).await
 }
 
-async fn echo(connector: Arc<dyn Connector>, addr: &str) -> Result<Bytes, MeshCallError> {
+async fn echo(
+    connector: Arc<dyn Connector>,
+    server: &MeshServer<Echo>,
+) -> Result<Bytes, MeshCallError> {
     let c = MeshClient::new(
-        "client",
+        CLIENT_ID,
         auth(),
         system(),
         connector,
@@ -178,10 +149,7 @@ async fn echo(connector: Arc<dyn Connector>, addr: &str) -> Result<Bytes, MeshCa
         },
     );
     c.deliver(
-        PeerAddr {
-            id: "server",
-            advertise: addr,
-        },
+        server.peer(),
         DeliverRequest {
             actor: None,
             method: "echo".into(),
@@ -214,18 +182,18 @@ async fn peers_of_one_ca_talk_and_strangers_are_refused() {
         ..evil_cfg
     };
 
-    let (addr, server, _dir) = tls_server(&server_cfg).await;
+    let server = tls_server(&server_cfg).await;
     let good = Arc::new(TlsConnector::new(
         TcpConnector,
         Arc::new(MeshTls::load(&client_cfg).unwrap()),
     ));
-    assert_eq!(echo(good.clone(), &addr).await.unwrap(), "over tls");
+    assert_eq!(echo(good.clone(), &server).await.unwrap(), "over tls");
 
     let bad = Arc::new(TlsConnector::new(
         TcpConnector,
         Arc::new(MeshTls::load(&intruder).unwrap()),
     ));
-    let r = echo(bad, &addr).await;
+    let r = echo(bad, &server).await;
     eprintln!("intruder: {r:?}");
     assert!(
         r.is_err(),
@@ -234,13 +202,13 @@ async fn peers_of_one_ca_talk_and_strangers_are_refused() {
     assert!(!matches!(r, Err(MeshCallError::Answered(_))), "{r:?}");
 
     // Plain TCP against a TLS port: refused, never answered.
-    let r = echo(Arc::new(TcpConnector), &addr).await;
+    let r = echo(Arc::new(TcpConnector), &server).await;
     assert!(r.is_err(), "{r:?}");
     assert!(!matches!(r, Err(MeshCallError::Answered(_))), "{r:?}");
 
     // The server is still up and serving good peers.
-    assert!(!server.is_finished());
-    assert_eq!(echo(good, &addr).await.unwrap(), "over tls");
+    assert!(server.is_running());
+    assert_eq!(echo(good, &server).await.unwrap(), "over tls");
 }
 
 #[test]
