@@ -21,6 +21,8 @@ use tokio::time::Instant;
 use tonic::{Request, Response, Status, Streaming};
 
 const SEQUENTIAL: usize = 3_000;
+/// Blocks the sequential calls of baseline and sigx alternate in.
+const ROUNDS: usize = 6;
 const CONCURRENCY: usize = 32;
 const THROUGHPUT_FOR: Duration = Duration::from_secs(2);
 const PAYLOAD: &[u8] = &[7u8; 64];
@@ -97,26 +99,95 @@ struct Figures {
     p50_us: f64,
     p99_us: f64,
     per_sec: f64,
+    /// CPU time of the whole process (every thread) per sequential call: less sensitive than
+    /// latency to other work on the machine, so it shows what a change saved.
+    cpu_us: f64,
 }
 
-/// Sequential latency, then throughput with `CONCURRENCY` callers; `call(i)` makes call i.
-async fn measure<F, Fut>(call: F) -> Figures
+/// CPU time consumed so far by every live thread of this process, from the scheduler's own
+/// accounting (`/proc/self/task/*/schedstat`, nanoseconds); 0 where that is unavailable.
+fn cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Latency of `SEQUENTIAL` sequential calls each, then throughput with `CONCURRENCY` callers
+/// each, of the baseline (`base(i)` makes call i) and of sigx (`sigx(i)`).
+///
+/// The sequential calls alternate between the two in `ROUNDS` blocks, so both see the same
+/// machine: on a shared box a burst of other work during one block otherwise lands on one side
+/// of the ratio only.
+async fn measure_pair<B, BF, S, SF>(base: B, sigx: S) -> (Figures, Figures)
+where
+    B: Fn(usize) -> BF + Send + Sync + 'static,
+    BF: std::future::Future<Output = ()> + Send,
+    S: Fn(usize) -> SF + Send + Sync + 'static,
+    SF: std::future::Future<Output = ()> + Send,
+{
+    let (base, sigx) = (Arc::new(base), Arc::new(sigx));
+    for i in 0..200 {
+        base(i).await;
+        sigx(i).await;
+    }
+    let mut lat = (
+        Vec::with_capacity(SEQUENTIAL),
+        Vec::with_capacity(SEQUENTIAL),
+    );
+    let mut cpu = (0u64, 0u64);
+    let per_round = SEQUENTIAL / ROUNDS;
+    for round in 0..ROUNDS {
+        let from = round * per_round;
+        let before = cpu_ns();
+        for i in from..from + per_round {
+            let t = Instant::now();
+            base(i).await;
+            lat.0.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        let between = cpu_ns();
+        for i in from..from + per_round {
+            let t = Instant::now();
+            sigx(i).await;
+            lat.1.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        cpu.0 += between.saturating_sub(before);
+        cpu.1 += cpu_ns().saturating_sub(between);
+    }
+    let base_tp = throughput(base).await;
+    let sigx_tp = throughput(sigx).await;
+    (
+        figures(lat.0, cpu.0, base_tp),
+        figures(lat.1, cpu.1, sigx_tp),
+    )
+}
+
+fn figures(mut lat: Vec<f64>, cpu_ns: u64, per_sec: f64) -> Figures {
+    let cpu_us = cpu_ns as f64 / 1e3 / lat.len() as f64;
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize];
+    Figures {
+        p50_us: p(0.50),
+        p99_us: p(0.99),
+        per_sec,
+        cpu_us,
+    }
+}
+
+/// Calls per second with `CONCURRENCY` concurrent callers for `THROUGHPUT_FOR`.
+async fn throughput<F, Fut>(call: Arc<F>) -> f64
 where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
-    let call = Arc::new(call);
-    for i in 0..200 {
-        call(i).await;
+    // `SIGX_BENCH_THROUGHPUT=0` skips the throughput part (to profile the sequential calls).
+    if std::env::var("SIGX_BENCH_THROUGHPUT").as_deref() == Ok("0") {
+        return f64::NAN;
     }
-    let mut lat = Vec::with_capacity(SEQUENTIAL);
-    for i in 0..SEQUENTIAL {
-        let t = Instant::now();
-        call(i).await;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
-    }
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize];
     let done = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let until = Instant::now() + THROUGHPUT_FOR;
     let mut tasks = Vec::new();
@@ -135,12 +206,7 @@ where
     for t in tasks {
         t.await.unwrap();
     }
-    Figures {
-        p50_us: p(0.50),
-        p99_us: p(0.99),
-        per_sec: done.load(std::sync::atomic::Ordering::Relaxed) as f64
-            / THROUGHPUT_FOR.as_secs_f64(),
-    }
+    done.load(std::sync::atomic::Ordering::Relaxed) as f64 / THROUGHPUT_FOR.as_secs_f64()
 }
 
 fn bench_app(name: &str) -> App {
@@ -204,16 +270,19 @@ async fn wait_ready(host: &Host) {
 
 fn row(name: &str, base: Figures, sigx: Figures) {
     println!(
-        "{name:<11} | raw p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s | sigx p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s | p50 {:.2}x  p99 {:.2}x  throughput {:.0}%",
+        "{name:<11} | raw p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call | sigx p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call | p50 {:.2}x  p99 {:.2}x  throughput {:.0}%  cpu {:.2}x",
         base.p50_us,
         base.p99_us,
         base.per_sec,
+        base.cpu_us,
         sigx.p50_us,
         sigx.p99_us,
         sigx.per_sec,
+        sigx.cpu_us,
         sigx.p50_us / base.p50_us,
         sigx.p99_us / base.p99_us,
-        100.0 * sigx.per_sec / base.per_sec
+        100.0 * sigx.per_sec / base.per_sec,
+        sigx.cpu_us / base.cpu_us,
     );
 }
 
@@ -221,38 +290,39 @@ async fn same_host(dir: &Path) -> (Figures, Figures) {
     let raw_path = dir.join("raw.sock");
     raw_echo_uds(&raw_path).await;
     let raw = Client::lazy(&raw_path);
-    let base = measure(move |_| {
-        let raw = raw.clone();
-        async move {
-            raw.call("Bench", "k", "echo", Bytes::from_static(PAYLOAD))
-                .await
-                .unwrap();
-        }
-    })
-    .await;
 
     let host = Host::start(host_args(dir, "solo", false)).await.unwrap();
     let client = Client::lazy(&host.socket);
     let serving = bench_app("bench").spawn(&client);
     wait_ready(&host).await;
-    let sigx = measure(move |i| {
-        let client = client.clone();
-        async move {
-            client
-                .call(
-                    "Bench",
-                    format!("k{}", i % 64),
-                    "echo",
-                    Bytes::from_static(PAYLOAD),
-                )
-                .await
-                .unwrap();
-        }
-    })
+    let figures = measure_pair(
+        move |_| {
+            let raw = raw.clone();
+            async move {
+                raw.call("Bench", "k", "echo", Bytes::from_static(PAYLOAD))
+                    .await
+                    .unwrap();
+            }
+        },
+        move |i| {
+            let client = client.clone();
+            async move {
+                client
+                    .call(
+                        "Bench",
+                        format!("k{}", i % 64),
+                        "echo",
+                        Bytes::from_static(PAYLOAD),
+                    )
+                    .await
+                    .unwrap();
+            }
+        },
+    )
     .await;
     drop(serving);
     host.stop(StopKind::Fast).await;
-    (base, sigx)
+    figures
 }
 
 async fn cross_host(dir: &Path) -> (Figures, Figures) {
@@ -263,23 +333,6 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
         .await
         .unwrap();
     let raw = v1::actor_host_client::ActorHostClient::new(channel);
-    let base = measure(move |_| {
-        let mut raw = raw.clone();
-        async move {
-            raw.call(v1::CallRequest {
-                actor: Some(v1::ActorRef {
-                    actor_type: "Bench".into(),
-                    key: "k".into(),
-                }),
-                method: "echo".into(),
-                payload: Bytes::from_static(PAYLOAD),
-                timeout_ms: 0,
-            })
-            .await
-            .unwrap();
-        }
-    })
-    .await;
 
     // Host a registers only a worker, so every Bench call crosses the mesh to host b.
     let hub = MemoryHub::new();
@@ -310,23 +363,41 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
     wait_ready(&a).await;
     wait_ready(&b).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let sigx = measure(move |i| {
-        let ca = ca.clone();
-        async move {
-            ca.call(
-                "Bench",
-                format!("k{}", i % 64),
-                "echo",
-                Bytes::from_static(PAYLOAD),
-            )
-            .await
-            .unwrap();
-        }
-    })
+    let figures = measure_pair(
+        move |_| {
+            let mut raw = raw.clone();
+            async move {
+                raw.call(v1::CallRequest {
+                    actor: Some(v1::ActorRef {
+                        actor_type: "Bench".into(),
+                        key: "k".into(),
+                    }),
+                    method: "echo".into(),
+                    payload: Bytes::from_static(PAYLOAD),
+                    timeout_ms: 0,
+                })
+                .await
+                .unwrap();
+            }
+        },
+        move |i| {
+            let ca = ca.clone();
+            async move {
+                ca.call(
+                    "Bench",
+                    format!("k{}", i % 64),
+                    "echo",
+                    Bytes::from_static(PAYLOAD),
+                )
+                .await
+                .unwrap();
+            }
+        },
+    )
     .await;
     a.host_stop().await;
     b.host_stop().await;
-    (base, sigx)
+    figures
 }
 
 trait Stop {
@@ -350,9 +421,15 @@ fn main() {
             "sigx call benchmark: {SEQUENTIAL} sequential calls (latency), {CONCURRENCY} concurrent callers for {THROUGHPUT_FOR:?} (throughput), {}-byte payload",
             PAYLOAD.len()
         );
-        let (base, sigx) = same_host(dir.path()).await;
-        row("same-host", base, sigx);
-        let (base, sigx) = cross_host(dir.path()).await;
-        row("cross-host", base, sigx);
+        // `SIGX_BENCH_ONLY=same` or `=cross` runs one path (for profiling one of them).
+        let only = std::env::var("SIGX_BENCH_ONLY").unwrap_or_default();
+        if only.is_empty() || only == "same" {
+            let (base, sigx) = same_host(dir.path()).await;
+            row("same-host", base, sigx);
+        }
+        if only.is_empty() || only == "cross" {
+            let (base, sigx) = cross_host(dir.path()).await;
+            row("cross-host", base, sigx);
+        }
     });
 }

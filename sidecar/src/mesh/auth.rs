@@ -179,17 +179,24 @@ impl MeshAuth {
     }
 
     /// The three metadata values for one outbound request.
+    ///
+    /// The timestamp and the MAC differ on every request, so they are marked sensitive: HPACK
+    /// then sends them as never-indexed literals (RFC 7541 §7.1.3) instead of inserting two
+    /// single-use entries into both ends' dynamic tables per call, which evicted the entries
+    /// that do repeat (path, content type, peer id) and made every header block larger and
+    /// slower to code. Never-indexed is also what RFC 7541 asks for authenticators.
     pub fn sign_headers(&self, peer: &str, ts_ms: i64, path: &str, headers: &mut HeaderMap) {
         if let Ok(v) = HeaderValue::from_str(peer) {
             headers.insert(PEER_HEADER, v);
         }
-        headers.insert(TS_HEADER, HeaderValue::from(ts_ms));
+        let mut ts = HeaderValue::from(ts_ms);
+        ts.set_sensitive(true);
+        headers.insert(TS_HEADER, ts);
         if let MeshAuth::Secret(secret) = self {
-            let mac = secret.sign(peer, ts_ms, path);
-            headers.insert(
-                MAC_HEADER,
-                HeaderValue::from_str(&mac).expect("hex is a valid header value"),
-            );
+            let mut mac = HeaderValue::from_str(&secret.sign(peer, ts_ms, path))
+                .expect("hex is a valid header value");
+            mac.set_sensitive(true);
+            headers.insert(MAC_HEADER, mac);
         }
     }
 }

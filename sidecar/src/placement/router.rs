@@ -113,9 +113,18 @@ pub struct Router {
     counters: RouterCounters,
 }
 
-enum Target {
+/// Where one attempt goes. Borrows the peer's id and address from the view the attempt was
+/// chosen in (the caller holds that `Arc` across the call), so no call copies them.
+enum Target<'v> {
     Local,
-    Remote { id: String, advertise: String },
+    Remote(PeerAddr<'v>),
+}
+
+/// Where `resolve` found the host: a cached route needs no new cache entry after the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    Cached,
+    Decided,
 }
 
 impl Router {
@@ -160,15 +169,15 @@ impl Router {
             })
     }
 
-    fn target(&self, view: &MembershipView, id: &str) -> Result<Target, ActorError> {
+    fn target<'v>(&self, view: &'v MembershipView, id: &str) -> Result<Target<'v>, ActorError> {
         if id == &*self.me {
             return Ok(Target::Local);
         }
         match view.get(id) {
-            Some(h) => Ok(Target::Remote {
-                id: h.id.clone(),
-                advertise: h.advertise.clone(),
-            }),
+            Some(h) => Ok(Target::Remote(PeerAddr {
+                id: &h.id,
+                advertise: &h.advertise,
+            })),
             None => Err(ActorError::unreachable(format!(
                 "host {id} is not in this host's membership view: the call never ran"
             ))),
@@ -182,26 +191,27 @@ impl Router {
         actor: &ActorId,
         hint: Option<String>,
         deadline: Instant,
-    ) -> Result<String, ActorError> {
+    ) -> Result<(String, Found), ActorError> {
         let ty = &*actor.actor_type;
         if !self.is_stateful_type(view, ty) {
             // Workers run on the host that receives the call, when it registers them.
             if self.runtime.registers(ty) == Some(false) {
-                return Ok(self.me.to_string());
+                return Ok((self.me.to_string(), Found::Decided));
             }
-            return Ok(
+            return Ok((
                 choose_with(self.cfg.policy, view, ty, &self.me, self.cfg.rng.as_ref())?
                     .id
                     .clone(),
-            );
+                Found::Decided,
+            ));
         }
         if let Some(h) = hint
             && view.get(&h).is_some_and(|d| d.registers(ty))
         {
-            return Ok(h);
+            return Ok((h, Found::Decided));
         }
         if let Some(h) = self.routes.get(view, actor) {
-            return Ok(h);
+            return Ok((h, Found::Cached));
         }
         let located = self.locator.locate(actor, deadline).await?;
         // The lookup may have waited (a partition recovering after a departure): judge its
@@ -211,14 +221,15 @@ impl Router {
             // A host still in the view holds the activation (a leaving host too, until it has
             // unregistered). A host absent from the view departed: place anew.
             if now.get(&h).is_some_and(|d| d.registers(ty)) {
-                return Ok(h);
+                return Ok((h, Found::Decided));
             }
         }
-        Ok(
+        Ok((
             choose_with(self.cfg.policy, &now, ty, &self.me, self.cfg.rng.as_ref())?
                 .id
                 .clone(),
-        )
+            Found::Decided,
+        ))
     }
 
     async fn attempt(
@@ -239,7 +250,7 @@ impl Router {
                     .invoke(actor, method, payload.clone(), deadline)
                     .await
             }
-            Target::Remote { id, advertise } => {
+            Target::Remote(peer) => {
                 self.counters
                     .remote_dispatches
                     .fetch_add(1, Ordering::Relaxed);
@@ -251,14 +262,7 @@ impl Router {
                     targeted: false,
                 };
                 self.mesh
-                    .deliver(
-                        PeerAddr {
-                            id: &id,
-                            advertise: &advertise,
-                        },
-                        req,
-                        deadline,
-                    )
+                    .deliver(peer, req, deadline)
                     .await
                     .map_err(MeshCallError::into_actor_error)
             }
@@ -292,11 +296,15 @@ impl Router {
             // The view the target was chosen in (resolve may have waited on the directory).
             let view = self.membership.view();
             let outcome = match resolved {
-                Ok(host) => {
+                Ok((host, found)) => {
                     let r = self
                         .attempt(&view, &host, actor, method, &payload, deadline)
-                        .await
-                        .inspect(|_| self.routes.put(&view, actor, &host));
+                        .await;
+                    // A route read from the cache under this very view is already there;
+                    // otherwise (new decision, or the view changed meanwhile) record it.
+                    if r.is_ok() && (found == Found::Decided || !self.routes.holds(&view)) {
+                        self.routes.put(&view, actor, &host);
+                    }
                     last_target = Some(host);
                     r
                 }

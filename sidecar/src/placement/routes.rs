@@ -36,6 +36,15 @@ impl RouteCache {
         }
     }
 
+    /// Whether the cache holds routes of `view` (and not of an older view).
+    pub fn holds(&self, view: &Arc<MembershipView>) -> bool {
+        self.inner
+            .lock()
+            .expect("routes lock")
+            .as_ref()
+            .is_some_and(|(cached, _)| Arc::ptr_eq(cached, view))
+    }
+
     /// Records that `actor` lives on `host` under `view`.
     pub fn put(&self, view: &Arc<MembershipView>, actor: &ActorId, host: &str) {
         let mut inner = self.inner.lock().expect("routes lock");
