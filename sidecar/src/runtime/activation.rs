@@ -255,50 +255,38 @@ async fn dispatch(
         return;
     }
     rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
-    let method = env.method.clone();
-    let turn = app.start_turn(
+    // The caller's reply travels with the turn: the app's answer reaches the caller straight
+    // from the stream that delivered it, not through this task. The caller answers itself
+    // with `timeout` at its deadline; this task keeps waiting for the (discarded) late answer
+    // so that turns never overlap in the app.
+    let turn = app.start_turn_for(
         actor,
         activation_id,
         TurnKind::Invoke {
-            method: env.method,
+            method: env.method.clone(),
             payload: env.payload,
         },
         env.deadline,
         now,
+        Some(env.reply),
     );
     let _in_flight = InFlight::new(&rt.inner.in_flight);
-    let mut turn = Box::pin(turn);
-    let mut reply = Some(env.reply);
-    let started = now;
-    let slow_at = started + rt.inner.cfg.slow_turn;
-    let mut warned = false;
-    let outcome = loop {
-        tokio::select! {
-            biased;
-            outcome = &mut turn => break outcome,
-            _ = tokio::time::sleep_until(env.deadline), if reply.is_some() => {
-                rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                if let Some(r) = reply.take() {
-                    let _ = r.send(Err(ActorError::timeout(format!(
-                        "call {actor}.{method} passed its deadline; its late result will be discarded"
-                    ))));
-                }
-            }
-            _ = tokio::time::sleep_until(slow_at), if !warned => {
-                warned = true;
-                rt.inner.counters.slow_turns.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(actor = %actor, method = %method,
-                    after_ms = rt.inner.cfg.slow_turn.as_millis() as u64,
-                    "slow turn: it holds its activation; chunk long work or move it off the turn");
-            }
+    let mut turn = std::pin::pin!(turn);
+    let slow_at = now + rt.inner.cfg.slow_turn;
+    let outcome = tokio::select! {
+        biased;
+        outcome = &mut turn => outcome,
+        _ = tokio::time::sleep_until(slow_at) => {
+            rt.inner.counters.slow_turns.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(actor = %actor, method = %env.method,
+                after_ms = rt.inner.cfg.slow_turn.as_millis() as u64,
+                "slow turn: it holds its activation; chunk long work or move it off the turn");
+            turn.await
         }
     };
     if let Err(e) = &outcome
         && e.kind == ErrorKind::App
     {
         rt.inner.counters.app_errors.fetch_add(1, Ordering::Relaxed);
-    }
-    if let Some(r) = reply {
-        let _ = r.send(outcome);
     }
 }

@@ -21,6 +21,36 @@ pub enum TurnKind {
     Deactivate(v1::DeactivateReason),
 }
 
+fn never_sent(app: &str) -> ActorError {
+    ActorError::unreachable(format!(
+        "the app {app:?} disconnected before the turn was sent: it never ran"
+    ))
+}
+
+fn in_flight_lost(app: &str) -> ActorError {
+    ActorError::outcome_unknown(format!(
+        "the app {app:?} disconnected with this turn in flight: outcome unknown, not retried"
+    ))
+}
+
+/// Who awaits the answer of one turn.
+struct Waiter {
+    /// The turn's own future (the activation, or a worker call).
+    turn: oneshot::Sender<TurnOutcome>,
+    /// The caller the answer is for, answered directly by whoever delivers the answer: the
+    /// answer does not wait for the activation's task to be scheduled and pass it on.
+    caller: Option<oneshot::Sender<TurnOutcome>>,
+}
+
+impl Waiter {
+    fn answer(self, outcome: TurnOutcome) {
+        if let Some(caller) = self.caller {
+            let _ = caller.send(outcome.clone());
+        }
+        let _ = self.turn.send(outcome);
+    }
+}
+
 /// A registered app, from `Register` until its stream closes.
 pub struct AppSession {
     /// Distinguishes this session from earlier and later ones.
@@ -28,7 +58,7 @@ pub struct AppSession {
     /// What the app registered.
     pub registry: Arc<Registry>,
     tx: Mutex<Option<mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>>>,
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next_turn: AtomicU64,
     closed: watch::Sender<bool>,
     drain: watch::Sender<bool>,
@@ -99,7 +129,9 @@ impl AppSession {
     pub fn close(&self) {
         let pending = self.pending.lock().expect("pending lock").take();
         self.closed.send_replace(true);
-        drop(pending);
+        for waiter in pending.into_iter().flat_map(|p| p.into_values()) {
+            waiter.answer(Err(in_flight_lost(&self.registry.app_name)));
+        }
     }
 
     /// Delivers the app's answer to a turn. Answers to turns nobody awaits (already timed out,
@@ -131,7 +163,7 @@ impl AppSession {
                 "the app answered a turn with neither a result nor an error",
             )),
         };
-        let _ = waiter.send(outcome);
+        waiter.answer(outcome);
     }
 
     /// Sends a turn to the app and returns the future of its answer. The answer future has no
@@ -145,16 +177,32 @@ impl AppSession {
         deadline: Instant,
         now: Instant,
     ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
+        self.start_turn_for(actor, activation_id, kind, deadline, now, None)
+    }
+
+    /// [`AppSession::start_turn`], also answering `caller` with the outcome the moment it is
+    /// known (the app's answer, its disconnection, or a turn that could not be sent), before
+    /// the returned future resolves for the activation.
+    pub fn start_turn_for(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        kind: TurnKind,
+        deadline: Instant,
+        now: Instant,
+        caller: Option<oneshot::Sender<TurnOutcome>>,
+    ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
         let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let registered = {
+        let waiter = Waiter { turn: tx, caller };
+        let (registered, mut unregistered) = {
             let mut pending = self.pending.lock().expect("pending lock");
             match pending.as_mut() {
                 Some(p) => {
-                    p.insert(turn_id, tx);
-                    true
+                    p.insert(turn_id, waiter);
+                    (true, None)
                 }
-                None => false,
+                None => (false, Some(waiter)),
             }
         };
         let kind_proto = match kind {
@@ -182,19 +230,29 @@ impl AppSession {
                 .expect("tx lock")
                 .as_ref()
                 .is_some_and(|tx| tx.send(Ok(msg)).is_ok());
+        if !sent {
+            // Not sent, so nobody will answer it: answer the caller now (the session may
+            // already have closed and answered it as in flight; then this finds nothing).
+            if registered {
+                unregistered = self
+                    .pending
+                    .lock()
+                    .expect("pending lock")
+                    .as_mut()
+                    .and_then(|p| p.remove(&turn_id));
+            }
+            if let Some(waiter) = unregistered {
+                waiter.answer(Err(never_sent(&self.registry.app_name)));
+            }
+        }
         let app = self.registry.app_name.clone();
         async move {
             if !sent {
-                return Err(ActorError::unreachable(format!(
-                    "the app {app:?} disconnected before the turn was sent: it never ran"
-                )));
+                return Err(never_sent(&app));
             }
             match rx.await {
                 Ok(outcome) => outcome,
-                Err(_) => Err(ActorError::outcome_unknown(format!(
-                    "the app {app:?} disconnected with this turn in flight: outcome unknown, \
-                     not retried"
-                ))),
+                Err(_) => Err(in_flight_lost(&app)),
             }
         }
     }
