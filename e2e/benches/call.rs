@@ -410,6 +410,17 @@ impl Stop for Host {
 }
 
 fn main() {
+    // Logging as the sidecar binary sets it up (an `EnvFilter` subscriber; `SIGX_LOG`, default
+    // `warn` here so the figures are not interleaved with startup lines). Without any
+    // subscriber every disabled span and event of every crate takes `tracing`'s `log`
+    // fallback path instead, which no deployed process does.
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
