@@ -145,8 +145,8 @@ pub async fn run(
             ..DirectoryConfig::default()
         },
     );
-    let _ = me.directory.set(directory.clone());
-    let _ = me.membership.set(membership.clone());
+    me.directory.set(directory.clone());
+    me.membership.set(membership.clone());
     let rng_seed = me.seed ^ 0x9e37_79b9_7f4a_7c15;
     let router = Arc::new(Router::new(
         RouterConfig {

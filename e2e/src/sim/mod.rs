@@ -661,7 +661,7 @@ impl<'a> Driver<'a> {
             .expect("hosts lock")
             .values()
             .filter(|h| h.life() == Life::Serving)
-            .filter_map(|h| h.directory.get().map(|d| (h.id.clone(), d.clone())))
+            .filter_map(|h| h.directory.get().map(|d| (h.id.clone(), d)))
             .collect();
         let mut dual = 0;
         let mut example = None;
@@ -996,6 +996,13 @@ pub fn run(cfg: SimConfig) -> SimReport {
         .filter(|e| matches!(e.ev, Ev::ActStart { .. }))
         .count() as u64;
     let figures = d.figures.clone();
+    // The hosts' handles (membership, directory) reach back to their `HostShared` through the
+    // simulated store: break that cycle, or every run's hosts (4096 directory partitions each)
+    // stay allocated and a 10,000-seed batch runs out of memory.
+    for h in std::mem::take(&mut *d.shared.hosts.lock().expect("hosts lock")).into_values() {
+        h.directory.clear();
+        h.membership.clear();
+    }
     // Drop the simulation (and every host runtime) before returning.
     drop(d);
     SimReport {

@@ -7,7 +7,7 @@ use sigx_sidecar::membership::MembershipHandle;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 
 /// What happened, as the checker needs it.
@@ -134,6 +134,34 @@ pub enum Life {
     Crashed,
 }
 
+/// A handle the driver reads while the host runs, emptied when the run ends: the host's
+/// handles reach back to the world through the simulated store, so holding them here for good
+/// would keep every run's hosts allocated (a cycle).
+pub struct Slot<T>(Mutex<Option<T>>);
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Slot(Mutex::new(None))
+    }
+}
+
+impl<T: Clone> Slot<T> {
+    /// Fills the slot once; later calls are ignored.
+    pub fn set(&self, value: T) {
+        self.0.lock().expect("slot lock").get_or_insert(value);
+    }
+
+    /// A clone of the handle, if the host got that far.
+    pub fn get(&self) -> Option<T> {
+        self.0.lock().expect("slot lock").clone()
+    }
+
+    /// Empties the slot.
+    pub fn clear(&self) {
+        self.0.lock().expect("slot lock").take();
+    }
+}
+
 /// One simulated host, as the driver and its own tasks see it.
 pub struct HostShared {
     pub id: String,
@@ -146,8 +174,8 @@ pub struct HostShared {
     pub cmd_tx: mpsc::UnboundedSender<Command>,
     pub cmd_rx: Mutex<Option<mpsc::UnboundedReceiver<Command>>>,
     pub life: Mutex<Life>,
-    pub directory: OnceLock<Directory>,
-    pub membership: OnceLock<MembershipHandle>,
+    pub directory: Slot<Directory>,
+    pub membership: Slot<MembershipHandle>,
     /// Held links this host's suspend installed (released on resume).
     pub held: Mutex<Vec<String>>,
 }
@@ -165,8 +193,8 @@ impl HostShared {
             cmd_tx,
             cmd_rx: Mutex::new(Some(cmd_rx)),
             life: Mutex::new(Life::Starting),
-            directory: OnceLock::new(),
-            membership: OnceLock::new(),
+            directory: Slot::default(),
+            membership: Slot::default(),
             held: Mutex::default(),
         })
     }
