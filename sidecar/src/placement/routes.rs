@@ -11,10 +11,13 @@ use crate::runtime::ActorId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// The view the routes were found under, and the routes.
+type ViewRoutes = (Arc<MembershipView>, HashMap<ActorId, String>);
+
 /// Routes of one view.
 #[derive(Debug, Default)]
 pub struct RouteCache {
-    inner: Mutex<Option<(Arc<MembershipView>, HashMap<ActorId, String>)>>,
+    inner: Mutex<Option<ViewRoutes>>,
 }
 
 impl RouteCache {
