@@ -1,18 +1,22 @@
 //! The CRD YAML checked in under `crds/generated/` (and shipped by the chart) must be exactly
 //! what `crdgen` renders from the Rust types today.
 
-use std::path::Path;
+/// The crate's directory as cargo gives it to the running test. Read at run time, not baked in
+/// at compile time: a target dir reused across checkouts (CI reuses one) would otherwise point
+/// the test at another checkout's files.
+fn manifest_dir() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
 
-fn dir() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/generated"))
+fn dir() -> std::path::PathBuf {
+    manifest_dir().join("generated")
 }
 
 /// The chart's copy (Helm can only read files inside the chart).
-fn chart_dir() -> &'static Path {
-    Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../charts/sigx/files/crds"
-    ))
+fn chart_dir() -> std::path::PathBuf {
+    manifest_dir().join("../charts/sigx/files/crds")
 }
 
 #[test]
@@ -28,7 +32,7 @@ fn checked_in_crds_are_current() {
             }
         }
         // No leftovers from renamed or removed kinds.
-        for entry in std::fs::read_dir(dir).unwrap() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
             if !rendered.iter().any(|(f, _)| *f == name) {
                 stale.push(format!(

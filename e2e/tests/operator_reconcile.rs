@@ -42,7 +42,10 @@ where
 }
 
 fn example<T: serde::de::DeserializeOwned>(file: &str) -> T {
-    let path = format!("{}/../examples/k8s/{file}", env!("CARGO_MANIFEST_DIR"));
+    // The crate's directory at run time (a reused target dir may come from another checkout).
+    let root =
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into());
+    let path = format!("{root}/../examples/k8s/{file}");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
 }

@@ -4,7 +4,7 @@
 //! Kubernetes schemas.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
@@ -15,7 +15,12 @@ use sigx_operator::render;
 const NAMESPACE: &str = "sigx-demo";
 
 fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/k8s")
+    // Read at run time, not baked in at compile time: a target dir reused across checkouts (CI
+    // reuses one) would otherwise point the test at another checkout's files.
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("../examples/k8s")
 }
 
 /// Reads an example and gives it what the API server would: a namespace and a uid.

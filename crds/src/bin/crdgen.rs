@@ -6,7 +6,11 @@
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // `cargo run` gives the crate's directory at run time; the compile-time one may belong to
+    // another checkout when a target dir is shared.
+    let root = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     let dirs = match std::env::args_os().nth(1) {
         Some(dir) => vec![PathBuf::from(dir)],
         None => vec![
