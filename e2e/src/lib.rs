@@ -1,4 +1,5 @@
 #![forbid(unsafe_code)]
 pub mod chaos;
 pub mod kube_double;
+pub mod probe;
 pub mod sim;

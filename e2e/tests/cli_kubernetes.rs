@@ -19,19 +19,8 @@ use std::process::Output;
 
 const NS: &str = "apps";
 
-/// A kube config whose current context points at `url` with namespace [`NS`].
-fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: double\n  context:\n    cluster: double\n    user: nobody\n    namespace: {NS}\n\
-             current-context: double\nusers:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
+fn kubeconfig(dir: &std::path::Path, url: &str) -> PathBuf {
+    sigx_e2e::kube_double::write_kubeconfig(dir, url, NS)
 }
 
 /// `sigx <args>` with only `config` as its kube config.

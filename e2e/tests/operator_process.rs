@@ -28,17 +28,7 @@ fn operator_bin() -> PathBuf {
 }
 
 fn kubeconfig(dir: &std::path::Path, url: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: double\n  context:\n    cluster: double\n    user: nobody\n    namespace: {NS}\n\
-             current-context: double\nusers:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
+    sigx_e2e::kube_double::write_kubeconfig(dir, url, NS)
 }
 
 /// Kills the process on drop, so a failing test leaves nothing behind.

@@ -18,18 +18,8 @@ use std::time::Duration;
 
 const NS: &str = "apps";
 
-fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {url}\n\
-             contexts:\n- name: double\n  context:\n    cluster: double\n    user: nobody\n    namespace: {NS}\n\
-             current-context: double\nusers:\n- name: nobody\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
-    path
+fn kubeconfig(dir: &std::path::Path, url: &str) -> PathBuf {
+    sigx_e2e::kube_double::write_kubeconfig(dir, url, NS)
 }
 
 struct Pod {
@@ -40,21 +30,7 @@ struct Pod {
 }
 
 fn health_status(addr: SocketAddr, path: &str) -> u16 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0;
-    };
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    );
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    sigx_e2e::probe::http_status(addr, path)
 }
 
 /// A pod as the operator renders it: sidecar env from the downward API, then the app.

@@ -13,21 +13,7 @@ use std::process::Command;
 use std::time::Duration;
 
 fn health_status(addr: SocketAddr, path: &str) -> u16 {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(addr) else {
-        return 0;
-    };
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let _ = write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    );
-    let mut buf = String::new();
-    let _ = s.read_to_string(&mut buf);
-    buf.split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0)
+    sigx_e2e::probe::http_status(addr, path)
 }
 
 struct Pod {

@@ -380,3 +380,19 @@ impl Drop for KubeDouble {
         self.shared.mode.send_modify(|m| m.global = Mode::Failing);
     }
 }
+
+/// Writes a kube config into `dir` whose current context points at the double's `url` with
+/// `namespace`, for processes (the operator, the sidecar, the CLI) that read `KUBECONFIG`.
+pub fn write_kubeconfig(dir: &std::path::Path, url: &str, namespace: &str) -> std::path::PathBuf {
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: {url}\n\
+             contexts:\n- name: double\n  context:\n    cluster: double\n    user: nobody\n    namespace: {namespace}\n\
+             current-context: double\nusers:\n- name: nobody\n  user: {{}}\n"
+        ),
+    )
+    .expect("write the kube config");
+    path
+}

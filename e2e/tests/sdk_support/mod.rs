@@ -222,20 +222,7 @@ impl Sidecar {
 
     /// The HTTP status of `GET path` on the health port.
     pub fn health_status(&self, path: &str) -> u16 {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(self.health).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut buf = String::new();
-        let _ = s.read_to_string(&mut buf);
-        buf.split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0)
+        sigx_e2e::probe::http_status(self.health, path)
     }
 
     /// Waits (bounded) until `/readyz` says 200: an app is registered.
