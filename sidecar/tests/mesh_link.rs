@@ -607,11 +607,15 @@ async fn retain_peers_ends_calls_only_to_the_peers_it_drops() {
 
 /// A socket whose peer has already shut it: reads end at once, writes vanish. This is what a
 /// peer that accepts and immediately closes looks like to the client.
-struct ClosedAtOnce;
+#[derive(Default)]
+struct ClosedAtOnce {
+    dials: std::sync::atomic::AtomicUsize,
+}
 
 #[async_trait]
 impl Connector for ClosedAtOnce {
     async fn connect(&self, _addr: &str) -> std::io::Result<BoxedIo> {
+        self.dials.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ok(Box::new(tokio::io::join(
             tokio::io::empty(),
             tokio::io::sink(),
@@ -619,12 +623,14 @@ impl Connector for ClosedAtOnce {
     }
 }
 
-/// The dial succeeds but the connection ends before hyper hands it the request; hyper cancels
-/// the request ("operation was canceled"). It was never written, so the call is `unreachable`
-/// (safe to send elsewhere), not `timeout`, and it ends at once, not at its deadline.
+/// The dial succeeds but the connection ends before the request is handed to it (the client
+/// sees it closed, or hyper cancels the request: "operation was canceled"). It was never
+/// written, so the call is `unreachable` (safe to send elsewhere), not `timeout`, and it ends
+/// at once, not at its deadline, after one dial (not one dial after another until then).
 #[tokio::test(start_paused = true)]
 async fn a_request_hyper_cancelled_before_it_was_written_is_unreachable() {
-    let c = client(Arc::new(ClosedAtOnce), config(Duration::from_secs(1)));
+    let net = Arc::new(ClosedAtOnce::default());
+    let c = client(net.clone(), config(Duration::from_secs(1)));
     for _ in 0..3 {
         let t0 = Instant::now();
         let r = deliver(&c, "peer", MEM_ADDR, "echo", t0 + Duration::from_secs(5)).await;
@@ -632,4 +638,9 @@ async fn a_request_hyper_cancelled_before_it_was_written_is_unreachable() {
         assert!(reason.contains("never sent"), "{reason}");
         assert_eq!(t0.elapsed(), Duration::ZERO);
     }
+    assert_eq!(
+        net.dials.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "one dial per call"
+    );
 }

@@ -1,4 +1,4 @@
-//! The mesh client: one pooled HTTP/2 channel per peer, signed requests, deadlines, and a
+//! The mesh client: one pooled HTTP/2 connection per peer, signed requests, deadlines, and a
 //! classification of every failure into what the routing loop may do with it.
 
 use super::auth::MeshAuth;
@@ -6,7 +6,9 @@ use super::transport::BoxedIo;
 use super::transport::Connector;
 use crate::clock::SharedClock;
 use bytes::Bytes;
+use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
     CollectRequest, CollectResponse, DeliverRequest, DeliverResponse, LookupRequest,
@@ -22,7 +24,6 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Endpoint};
 
 /// gRPC method paths (signed into every request's MAC).
 pub mod paths {
@@ -139,8 +140,10 @@ pub struct PeerAddr<'a> {
 struct LinkState {
     /// Connections to the peer whose socket is still open.
     open: usize,
-    /// Successful dials so far.
+    /// Sockets dialled so far.
     connects: u64,
+    /// Dials finished so far, either way.
+    dials: u64,
     /// Calls fail fast until then: the last dial failed.
     down_until: Option<Instant>,
     /// The current pause after a failed dial.
@@ -153,11 +156,54 @@ struct LinkState {
     departed: bool,
 }
 
-/// One peer's pooled channel and its connection state.
+/// One peer's pooled HTTP/2 connection and its state.
+///
+/// The connection is hyper's HTTP/2 client used directly, not tonic's `Channel`: a `Channel`
+/// queues every request through a buffer task before the connection task sees it, one extra
+/// task hand-off per call on the hottest path of a cross-host call. Dials are this type's own
+/// (serialized, with the backoff of [`LinkState`]), so nothing of `Channel` was needed.
 struct PeerLink {
     advertise: String,
-    channel: Channel,
+    /// `http://<advertise>`: the `:authority` of every request.
+    origin: http::Uri,
     state: Arc<watch::Sender<LinkState>>,
+    /// The open connection's request handle, if one is open.
+    sender: Mutex<Option<SendRequest<tonic::body::Body>>>,
+    /// A dial is in progress: calls arriving meanwhile wait for its outcome and share it.
+    dialing: Mutex<bool>,
+}
+
+impl PeerLink {
+    /// The open connection's handle, unless it has closed.
+    fn live_sender(&self) -> Option<SendRequest<tonic::body::Body>> {
+        let mut sender = self.sender.lock().expect("peer link lock");
+        match &*sender {
+            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(_) => {
+                *sender = None;
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+/// A request handle as the tower service tonic's generated client machinery calls.
+struct H2Service(SendRequest<tonic::body::Body>);
+
+impl tower::Service<http::Request<tonic::body::Body>> for H2Service {
+    type Response = http::Response<hyper::body::Incoming>;
+    type Error = hyper::Error;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, hyper::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), hyper::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        Box::pin(self.0.send_request(req))
+    }
 }
 
 /// A pooled connection's socket; reports its close to the peer's [`LinkState`].
@@ -209,7 +255,10 @@ impl AsyncWrite for TrackedIo {
     }
 }
 
-/// Calls peers over pooled channels.
+/// The largest HTTP/2 header list accepted from a peer, bytes (the server's own limit).
+const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+
+/// Calls peers over pooled connections, one per peer.
 pub struct MeshClient {
     self_id: Arc<str>,
     auth: MeshAuth,
@@ -254,13 +303,13 @@ impl MeshClient {
         &self.self_id
     }
 
-    /// Drops the pooled channel to `peer` (it left the view). Calls in flight to it end at
+    /// Drops the pooled connection to `peer` (it left the view). Calls in flight to it end at
     /// once: `outcome-unknown` when they may have been sent, `unreachable` when not.
     pub fn forget(&self, peer: &str) {
         self.retain_peers(|id| id != peer);
     }
 
-    /// Drops pooled channels to every peer not in `keep`, ending their calls as
+    /// Drops pooled connections to every peer not in `keep`, ending their calls as
     /// [`MeshClient::forget`] does.
     pub fn retain_peers(&self, keep: impl Fn(&str) -> bool) {
         self.pool
@@ -282,81 +331,85 @@ impl MeshClient {
         {
             return Ok(link.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{}", peer.advertise))
-            .map_err(|e| MeshCallError::Unreachable {
+        let origin: http::Uri = format!("http://{}", peer.advertise).parse().map_err(|e| {
+            MeshCallError::Unreachable {
                 peer: peer.id.to_owned(),
                 addr: peer.advertise.to_owned(),
                 reason: format!("bad advertised address: {e}"),
-            })?
-            .http2_keep_alive_interval(self.config.keepalive_interval)
-            .keep_alive_timeout(self.config.keepalive_interval * 2)
-            // Pings on idle pooled connections too: a peer whose machine vanished (no FIN, no RST)
-            // is found before the next call waits out its whole deadline on a dead socket.
-            .keep_alive_while_idle(true);
-        let state = Arc::new(watch::Sender::new(LinkState::default()));
-        let connector = self.connector.clone();
-        let addr = peer.advertise.to_owned();
-        let timeout = self.config.connect_timeout;
-        let (backoff_min, backoff_max) =
-            (self.config.dial_backoff_min, self.config.dial_backoff_max);
-        let dial_state = state.clone();
-        // The dial (with its own timeout) happens inside the connector service, so every dial
-        // failure reaches the caller wrapped in tonic's `ConnectError`: proof nothing was sent.
-        let svc = tower::service_fn(move |_uri: http::Uri| {
-            let connector = connector.clone();
-            let addr = addr.clone();
-            let state = dial_state.clone();
-            async move {
-                // tonic redials at once for requests still queued behind a failed dial (their
-                // callers are ending as unreachable); the backoff promises the peer no dial.
-                let backing_off = state.borrow().down_until.filter(|u| *u > Instant::now());
-                if let Some(until) = backing_off {
-                    return Err(std::io::Error::other(format!(
-                        "not dialled: the last dial to {addr} failed; next attempt in {} ms",
-                        (until - Instant::now()).as_millis()
-                    )));
-                }
-                let dialled = match tokio::time::timeout(timeout, connector.connect(&addr)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("connect to {addr} timed out after {timeout:?}"),
-                    )),
-                };
-                match dialled {
-                    Ok(io) => {
-                        state.send_modify(|s| {
-                            s.open += 1;
-                            s.connects += 1;
-                            s.down_until = None;
-                            s.backoff = Duration::ZERO;
-                            s.last_failure = None;
-                        });
-                        Ok(TokioIo::new(TrackedIo { io, state }))
-                    }
-                    Err(e) => {
-                        let now = Instant::now();
-                        state.send_modify(|s| {
-                            s.failures += 1;
-                            s.backoff = (s.backoff * 2).clamp(backoff_min, backoff_max);
-                            s.down_until = Some(now + s.backoff);
-                            s.last_failure = Some(e.to_string());
-                        });
-                        Err(e)
-                    }
-                }
             }
-        });
+        })?;
         let link = Arc::new(PeerLink {
             advertise: peer.advertise.to_owned(),
-            channel: endpoint.connect_with_connector_lazy(svc),
-            state,
+            origin,
+            state: Arc::new(watch::Sender::new(LinkState::default())),
+            sender: Mutex::new(None),
+            dialing: Mutex::new(false),
         });
         // A host id keeps one address for its life; a new address means a stale entry.
         if let Some(old) = pool.insert(peer.id.to_owned(), link.clone()) {
             old.state.send_modify(|s| s.departed = true);
         }
         Ok(link)
+    }
+
+    /// A handle on an open connection to the link's peer, dialling one if none is open. An
+    /// `Err` says why there is none; nothing was sent on it.
+    ///
+    /// The dial runs in a task of its own, one per peer at a time: callers wait for its
+    /// outcome, and a caller giving up (its deadline, an abandoned directory round) does not
+    /// abort a dial the next caller will want.
+    async fn sender(&self, link: &Arc<PeerLink>) -> Result<SendRequest<tonic::body::Body>, String> {
+        let mut rx = link.state.subscribe();
+        {
+            if let Some(sender) = link.live_sender() {
+                return Ok(sender);
+            }
+            let dials_before = {
+                let s = rx.borrow_and_update();
+                // Calls queued behind a dial that failed end as unreachable; the backoff
+                // promises the peer no dial until it passes.
+                let now = Instant::now();
+                if let Some(until) = s.down_until.filter(|u| *u > now) {
+                    return Err(format!(
+                        "not dialled: the last dial to {} failed ({}); next attempt in {} ms",
+                        link.advertise,
+                        s.last_failure.as_deref().unwrap_or("unknown reason"),
+                        (until - now).as_millis()
+                    ));
+                }
+                s.dials
+            };
+            {
+                let mut dialing = link.dialing.lock().expect("peer link lock");
+                if !*dialing {
+                    *dialing = true;
+                    tokio::spawn(dial(
+                        link.clone(),
+                        self.connector.clone(),
+                        self.config.clone(),
+                    ));
+                }
+            }
+            loop {
+                if rx.changed().await.is_err() {
+                    return Err("the connection pool was dropped".into());
+                }
+                let s = rx.borrow_and_update();
+                if s.dials != dials_before {
+                    if let Some(failure) = s.last_failure.as_deref()
+                        && s.down_until.is_some()
+                    {
+                        return Err(format!("the dial failed: {failure}"));
+                    }
+                    break;
+                }
+            }
+            // One dial per call: a connection that closed as soon as it opened is this call's
+            // answer, not a reason to dial again until the deadline.
+            return link.live_sender().ok_or_else(|| {
+                "the connection closed as soon as it opened: the call was never sent".to_owned()
+            });
+        }
     }
 
     async fn unary<Req, Resp>(
@@ -405,9 +458,6 @@ impl MeshClient {
         // True when the call cannot have reached a socket: no connection was open when it
         // started and none has been made since.
         let never_sent = |s: &LinkState| open_before == 0 && s.connects == connects_before;
-        let mut grpc = tonic::client::Grpc::new(link.channel.clone())
-            .max_decoding_message_size(self.config.max_message_bytes)
-            .max_encoding_message_size(self.config.max_message_bytes);
         let mut req = tonic::Request::new(msg);
         req.set_timeout(deadline - Instant::now());
         let mut headers = std::mem::take(req.metadata_mut()).into_headers();
@@ -415,9 +465,15 @@ impl MeshClient {
             .sign_headers(&self.self_id, self.clock.wall_unix_ms(), path, &mut headers);
         *req.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
         let call = async {
-            grpc.ready()
-                .await
-                .map_err(|e| unreachable(format!("channel not ready: {e}")))?;
+            let sender = self.sender(&link).await.map_err(unreachable)?;
+            let mut grpc = tonic::client::Grpc::with_origin(H2Service(sender), link.origin.clone())
+                .max_decoding_message_size(self.config.max_message_bytes)
+                .max_encoding_message_size(self.config.max_message_bytes);
+            grpc.ready().await.map_err(|e| {
+                unreachable(format!(
+                    "the connection closed before the call was sent: {e}"
+                ))
+            })?;
             grpc.unary(
                 req,
                 http::uri::PathAndQuery::from_static(path),
@@ -548,21 +604,76 @@ impl MeshClient {
     }
 }
 
+/// Dials `link`'s peer and opens an HTTP/2 connection on the socket, then records the outcome
+/// on the link's state (which wakes every caller waiting for it).
+async fn dial(link: Arc<PeerLink>, connector: Arc<dyn Connector>, config: MeshClientConfig) {
+    let addr = link.advertise.as_str();
+    let timeout = config.connect_timeout;
+    let opened = tokio::time::timeout(timeout, async {
+        let io = connector.connect(addr).await?;
+        link.state.send_modify(|s| {
+            s.open += 1;
+            s.connects += 1;
+        });
+        let io = TrackedIo {
+            io,
+            state: link.state.clone(),
+        };
+        hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_header_list_size(MAX_HEADER_LIST_BYTES)
+            // Pings on idle pooled connections too: a peer whose machine vanished (no FIN, no
+            // RST) is found before the next call waits out its whole deadline on a dead socket.
+            .keep_alive_interval(config.keepalive_interval)
+            .keep_alive_timeout(config.keepalive_interval * 2)
+            .keep_alive_while_idle(true)
+            .handshake(TokioIo::new(io))
+            .await
+            .map_err(|e| std::io::Error::other(format!("HTTP/2 handshake: {e}")))
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("connect to {addr} timed out after {timeout:?}"),
+        ))
+    });
+    let now = Instant::now();
+    match opened {
+        Ok((sender, connection)) => {
+            let peer = addr.to_owned();
+            tokio::spawn(async move {
+                if let Err(e) = connection.await {
+                    tracing::debug!(peer = %peer, error = %e, "mesh connection ended");
+                }
+            });
+            *link.sender.lock().expect("peer link lock") = Some(sender);
+            *link.dialing.lock().expect("peer link lock") = false;
+            link.state.send_modify(|s| {
+                s.dials += 1;
+                s.down_until = None;
+                s.backoff = Duration::ZERO;
+                s.last_failure = None;
+            });
+        }
+        Err(e) => {
+            *link.dialing.lock().expect("peer link lock") = false;
+            let (min, max) = (config.dial_backoff_min, config.dial_backoff_max);
+            link.state.send_modify(|s| {
+                s.dials += 1;
+                s.failures += 1;
+                s.backoff = (s.backoff * 2).clamp(min, max);
+                s.down_until = Some(now + s.backoff);
+                s.last_failure = Some(e.to_string());
+            });
+        }
+    }
+}
+
 /// Sorts a failed call into the three outcomes that matter.
 fn classify(peer: PeerAddr<'_>, status: tonic::Status) -> MeshCallError {
     let mut source = status.source();
     while let Some(err) = source {
-        if err.downcast_ref::<tonic::ConnectError>().is_some() {
-            return MeshCallError::Unreachable {
-                peer: peer.id.to_owned(),
-                addr: peer.advertise.to_owned(),
-                reason: err.to_string(),
-            };
-        }
-        // HTTP/2's own proofs that a stream was not processed (RFC 9113 §8.7): the peer
-        // refused it (RST_STREAM REFUSED_STREAM), or its GOAWAY named a last stream below ours
-        // (h2 fails exactly those streams with the GOAWAY error). A draining peer answers new
-        // calls this way; they are safe to send elsewhere.
         // hyper's proof that a request was never handed to a connection: it was queued on one
         // that closed (or was not ready) before the request was written.
         if let Some(hyper) = err.downcast_ref::<hyper::Error>()
@@ -574,6 +685,10 @@ fn classify(peer: PeerAddr<'_>, status: tonic::Status) -> MeshCallError {
                 reason: format!("the request was never sent: {hyper}"),
             };
         }
+        // HTTP/2's own proofs that a stream was not processed (RFC 9113 §8.7): the peer
+        // refused it (RST_STREAM REFUSED_STREAM), or its GOAWAY named a last stream below ours
+        // (h2 fails exactly those streams with the GOAWAY error). A draining peer answers new
+        // calls this way; they are safe to send elsewhere.
         if let Some(h2) = err.downcast_ref::<h2::Error>()
             && h2.is_remote()
             && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
