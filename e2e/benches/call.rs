@@ -102,19 +102,30 @@ struct Figures {
     /// CPU time of the whole process (every thread) per sequential call: less sensitive than
     /// latency to other work on the machine, so it shows what a change saved.
     cpu_us: f64,
+    /// Times any thread of the process was scheduled onto a CPU, per sequential call: every
+    /// hand-off between threads (a parked runtime worker woken for a task) costs one. This
+    /// count does not depend on how fast the machine is, and on a virtual machine, where each
+    /// switch is dear, it explains most of the latency.
+    switches: f64,
 }
 
 /// CPU time consumed so far by every live thread of this process, from the scheduler's own
 /// accounting (`/proc/self/task/*/schedstat`, nanoseconds); 0 where that is unavailable.
-fn cpu_ns() -> u64 {
+/// Also returns how many times they were scheduled onto a CPU (the third field).
+fn cpu_ns() -> (u64, u64) {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
+        return (0, 0);
     };
     tasks
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+        .filter_map(|s| {
+            let mut f = s.split_whitespace();
+            let ns = f.next()?.parse::<u64>().ok()?;
+            let slices = f.nth(1)?.parse::<u64>().ok()?;
+            Some((ns, slices))
+        })
+        .fold((0, 0), |(a, b), (ns, sl)| (a + ns, b + sl))
 }
 
 /// Latency of `SEQUENTIAL` sequential calls each, then throughput with `CONCURRENCY` callers
@@ -139,7 +150,7 @@ where
         Vec::with_capacity(SEQUENTIAL),
         Vec::with_capacity(SEQUENTIAL),
     );
-    let mut cpu = (0u64, 0u64);
+    let mut cpu = ((0u64, 0u64), (0u64, 0u64));
     let per_round = SEQUENTIAL / ROUNDS;
     for round in 0..ROUNDS {
         let from = round * per_round;
@@ -155,8 +166,11 @@ where
             sigx(i).await;
             lat.1.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        cpu.0 += between.saturating_sub(before);
-        cpu.1 += cpu_ns().saturating_sub(between);
+        let after = cpu_ns();
+        cpu.0.0 += between.0.saturating_sub(before.0);
+        cpu.0.1 += between.1.saturating_sub(before.1);
+        cpu.1.0 += after.0.saturating_sub(between.0);
+        cpu.1.1 += after.1.saturating_sub(between.1);
     }
     let base_tp = throughput(base).await;
     let sigx_tp = throughput(sigx).await;
@@ -166,8 +180,9 @@ where
     )
 }
 
-fn figures(mut lat: Vec<f64>, cpu_ns: u64, per_sec: f64) -> Figures {
+fn figures(mut lat: Vec<f64>, (cpu_ns, slices): (u64, u64), per_sec: f64) -> Figures {
     let cpu_us = cpu_ns as f64 / 1e3 / lat.len() as f64;
+    let switches = slices as f64 / lat.len() as f64;
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize];
     Figures {
@@ -175,6 +190,7 @@ fn figures(mut lat: Vec<f64>, cpu_ns: u64, per_sec: f64) -> Figures {
         p99_us: p(0.99),
         per_sec,
         cpu_us,
+        switches,
     }
 }
 
@@ -270,15 +286,17 @@ async fn wait_ready(host: &Host) {
 
 fn row(name: &str, base: Figures, sigx: Figures) {
     println!(
-        "{name:<11} | raw p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call | sigx p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call | p50 {:.2}x  p99 {:.2}x  throughput {:.0}%  cpu {:.2}x",
+        "{name:<11} | raw p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call {:>4.1} sw/call | sigx p50 {:>7.1} µs p99 {:>7.1} µs {:>8.0}/s cpu {:>5.1} µs/call {:>4.1} sw/call | p50 {:.2}x  p99 {:.2}x  throughput {:.0}%  cpu {:.2}x",
         base.p50_us,
         base.p99_us,
         base.per_sec,
         base.cpu_us,
+        base.switches,
         sigx.p50_us,
         sigx.p99_us,
         sigx.per_sec,
         sigx.cpu_us,
+        sigx.switches,
         sigx.p50_us / base.p50_us,
         sigx.p99_us / base.p99_us,
         100.0 * sigx.per_sec / base.per_sec,
@@ -421,8 +439,13 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
+    // `SIGX_BENCH_WORKERS=n` sets the runtime's worker threads (default 2, the CI machine's cores).
+    let workers = std::env::var("SIGX_BENCH_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .unwrap();
