@@ -1,6 +1,6 @@
 //! Calling actors and workers, and reading membership, through the local sidecar.
 
-use crate::connect::{self, ConnectError};
+use crate::connect::{self, ConnectError, DialError, SidecarChannel};
 use crate::members::{MemberFilter, Members};
 use crate::payload;
 use bytes::Bytes;
@@ -12,7 +12,6 @@ use sigx_proto::v1::{self, actor_host_client::ActorHostClient};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tonic::transport::Channel;
 
 /// The largest message the SDK encodes or decodes. The sidecar enforces its own, smaller payload
 /// limit (default 4 MiB) and answers `invalid` naming it; this only keeps tonic's default (4 MiB
@@ -25,26 +24,29 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
 
 /// Reads a failed RPC to the local sidecar. A status with a sigx error detail is decoded as is.
-/// A transport failure whose cause is that the socket could not be dialed (no such file, nobody
-/// listening) is `unreachable`: the request never left this process, so the call did not run.
-/// Anything else without a detail goes through [`ActorError::from_status`], which reads a broken
-/// connection as `outcome-unknown`.
+/// A transport failure that proves the request never left this process is `unreachable` (the
+/// call did not run): the socket could not be dialed (no such file, nobody listening, the dial
+/// timed out), or the connection closed before the request was written (hyper's
+/// `is_canceled`). Anything else without a detail goes through [`ActorError::from_status`],
+/// which reads a connection broken with the call in flight as `outcome-unknown`.
 fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
     use std::error::Error as _;
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
     if status.details().is_empty() {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
         while let Some(e) = cause {
-            if let Some(io) = e.downcast_ref::<std::io::Error>()
-                && matches!(
-                    io.kind(),
-                    std::io::ErrorKind::NotFound
-                        | std::io::ErrorKind::ConnectionRefused
-                        | std::io::ErrorKind::PermissionDenied
-                )
+            if let Some(dial) = e.downcast_ref::<DialError>() {
+                return ActorError::unreachable(format!(
+                    "{dial} (is it running, and does SIGX_SOCKET name its socket?)"
+                ));
+            }
+            // Not tonic's reading: it maps a canceled request to `Cancelled`, which would read
+            // as `timeout`, yet hyper cancels exactly the requests it never wrote.
+            if let Some(hyper) = e.downcast_ref::<hyper::Error>()
+                && hyper.is_canceled()
             {
                 return ActorError::unreachable(format!(
-                    "cannot dial the sidecar at {}: {io} (is it running, and does SIGX_SOCKET \
-                     name its socket?)",
+                    "the connection to the sidecar at {} closed before the request was sent \
+                     ({hyper}); the call did not run",
                     socket.display()
                 ));
             }
@@ -56,8 +58,8 @@ fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
 
 /// A handle on the local sidecar's app API: call actors and workers, list members, read status.
 ///
-/// Cheap to clone (one shared HTTP/2 connection). The connection is made on first use and again
-/// after every failure, so a `Client` outlives sidecar restarts.
+/// Cheap to clone (one shared HTTP/2 connection, a [`SidecarChannel`]). The connection is made
+/// on first use and again after it closes, so a `Client` outlives sidecar restarts.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), sigx_sdk::ActorError> {
@@ -68,7 +70,7 @@ fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
 /// ```
 #[derive(Clone)]
 pub struct Client {
-    inner: ActorHostClient<Channel>,
+    inner: ActorHostClient<SidecarChannel>,
     socket: Arc<PathBuf>,
     timeout: Option<Duration>,
 }
@@ -83,9 +85,9 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    fn from_channel(channel: Channel, socket: &Path) -> Self {
+    fn from_channel(channel: SidecarChannel, socket: &Path) -> Self {
         Client {
-            inner: ActorHostClient::new(channel)
+            inner: ActorHostClient::with_origin(channel, connect::origin())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             socket: Arc::new(socket.to_path_buf()),
@@ -329,8 +331,9 @@ impl Client {
             .map_err(|s| read_status(&s, &self.socket))
     }
 
-    /// The raw generated client, for RPCs this SDK does not wrap.
-    pub fn raw(&self) -> ActorHostClient<Channel> {
+    /// The raw generated client, for RPCs this SDK does not wrap. It shares this client's
+    /// connection; its errors are plain tonic statuses (a failed dial is `Unavailable`).
+    pub fn raw(&self) -> ActorHostClient<SidecarChannel> {
         self.inner.clone()
     }
 }

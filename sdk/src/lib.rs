@@ -57,7 +57,7 @@ mod serve;
 
 pub use app::{ActorType, App, Dispatcher, WorkerType};
 pub use client::{ActorHandle, Client, Subscription, WorkerOn};
-pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, socket_from_env};
+pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, SidecarChannel, socket_from_env};
 pub use context::{ActorContext, Context};
 pub use members::{Host, HostStatus, MemberFilter, Members};
 pub use serve::{Backoff, ServeError, ServeHandle, ServeState};
