@@ -27,8 +27,10 @@ const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
 /// A transport failure that proves the request never left this process is `unreachable` (the
 /// call did not run): the socket could not be dialed (no such file, nobody listening, the dial
 /// timed out), or the connection closed before the request was written (hyper's
-/// `is_canceled`). Anything else without a detail goes through [`ActorError::from_status`],
-/// which reads a connection broken with the call in flight as `outcome-unknown`.
+/// `is_canceled`). Any other failure of the connection is `outcome-unknown`: the request may
+/// have reached the sidecar. (tonic's own reading of those would not do: it calls a cancelled
+/// request, or a stream the sidecar reset with `CANCEL`, `Cancelled`, which reads as
+/// `timeout`.) Anything else without a detail goes through [`ActorError::from_status`].
 fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
     use std::error::Error as _;
     if status.details().is_empty() {
@@ -39,16 +41,29 @@ fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
                     "{dial} (is it running, and does SIGX_SOCKET name its socket?)"
                 ));
             }
-            // Not tonic's reading: it maps a canceled request to `Cancelled`, which would read
-            // as `timeout`, yet hyper cancels exactly the requests it never wrote.
-            if let Some(hyper) = e.downcast_ref::<hyper::Error>()
-                && hyper.is_canceled()
-            {
-                return ActorError::unreachable(format!(
-                    "the connection to the sidecar at {} closed before the request was sent \
-                     ({hyper}); the call did not run",
-                    socket.display()
-                ));
+            // hyper cancels exactly the requests it never wrote to the connection.
+            if let Some(hyper) = e.downcast_ref::<hyper::Error>() {
+                if hyper.is_canceled() {
+                    return ActorError::unreachable(format!(
+                        "the connection to the sidecar at {} closed before the request was \
+                         sent ({hyper}); the call did not run",
+                        socket.display()
+                    ));
+                }
+                // Any other failure of the connection came after the request was handed to
+                // it: the sidecar may have run it. (A failure of this side's own request body,
+                // `is_user`, carries the status that says why further down the chain.)
+                if !hyper.is_user() {
+                    let why = match hyper.source() {
+                        Some(detail) => format!("{hyper}: {detail}"),
+                        None => hyper.to_string(),
+                    };
+                    return ActorError::outcome_unknown(format!(
+                        "the connection to the sidecar at {} broke with the call in flight ({why}); \
+                     it may or may not have run",
+                        socket.display()
+                    ));
+                }
             }
             cause = e.source();
         }
