@@ -1,0 +1,386 @@
+//! The client's connection to its sidecar (`SidecarChannel`), against a real tonic server on a
+//! real Unix socket: calls go through it, it is dialed once however many calls wait for it, it
+//! is dialed again after the sidecar went away and came back, and each way a call can fail reads
+//! as the right error kind.
+//!
+//! The stand-in sidecar runs on a runtime and thread of its own, so stopping it is what a crash
+//! is to the client: every socket of the process closes at once, mid-call or not.
+
+use futures::StreamExt;
+use sigx_sdk::proto::actor_host_server::{ActorHost, ActorHostServer};
+use sigx_sdk::proto::{self as v1};
+use sigx_sdk::{Client, ErrorKind, MemberFilter};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tonic::{Request, Response, Status};
+
+/// Bounds every test: a hang fails the test instead of stalling the run.
+const TEST_BOUND: Duration = Duration::from_secs(20);
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sigx-sdk-ch-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A minimal app API: `call` echoes the payload prefixed with the server's name, except method
+/// `hang`, which reports that it arrived and never answers.
+struct Echo {
+    name: &'static str,
+    arrived: mpsc::UnboundedSender<()>,
+}
+
+type BoxStream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ActorHost for Echo {
+    type ServeStream = BoxStream<v1::SidecarMessage>;
+    type WatchMembersStream = BoxStream<v1::MembersResponse>;
+
+    async fn serve(
+        &self,
+        _: Request<tonic::Streaming<v1::AppMessage>>,
+    ) -> Result<Response<Self::ServeStream>, Status> {
+        Err(Status::unimplemented("not served by this test sidecar"))
+    }
+
+    async fn call(
+        &self,
+        request: Request<v1::CallRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        let request = request.into_inner();
+        if request.method == "hang" {
+            let _ = self.arrived.send(());
+            std::future::pending::<()>().await;
+        }
+        let mut payload = format!("{}:", self.name).into_bytes();
+        payload.extend_from_slice(&request.payload);
+        Ok(Response::new(v1::CallResponse {
+            payload: payload.into(),
+        }))
+    }
+
+    async fn members(
+        &self,
+        _: Request<v1::MembersRequest>,
+    ) -> Result<Response<v1::MembersResponse>, Status> {
+        Ok(Response::new(v1::MembersResponse {
+            version: 7,
+            hosts: vec![],
+        }))
+    }
+
+    async fn dispatch_on(
+        &self,
+        _: Request<v1::DispatchOnRequest>,
+    ) -> Result<Response<v1::CallResponse>, Status> {
+        Err(Status::unimplemented("not served by this test sidecar"))
+    }
+
+    async fn watch_members(
+        &self,
+        _: Request<v1::MembersRequest>,
+    ) -> Result<Response<Self::WatchMembersStream>, Status> {
+        let views = (1..=3).map(|version| {
+            Ok(v1::MembersResponse {
+                version,
+                hosts: vec![],
+            })
+        });
+        Ok(Response::new(Box::pin(futures::stream::iter(views))))
+    }
+
+    async fn status(
+        &self,
+        _: Request<v1::StatusRequest>,
+    ) -> Result<Response<v1::StatusResponse>, Status> {
+        Ok(Response::new(v1::StatusResponse {
+            state: format!("ready ({})", self.name),
+            ..Default::default()
+        }))
+    }
+}
+
+/// A stand-in sidecar serving [`Echo`] on `socket`, counting the connections it accepts.
+struct Sidecar {
+    runtime: Option<tokio::runtime::Runtime>,
+    accepts: Arc<AtomicUsize>,
+    arrived: mpsc::UnboundedReceiver<()>,
+}
+
+impl Sidecar {
+    fn start(socket: &Path, name: &'static str) -> Sidecar {
+        let _ = std::fs::remove_file(socket);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::UnixListener::bind(socket).unwrap()
+        };
+        let accepts = Arc::new(AtomicUsize::new(0));
+        let counted = accepts.clone();
+        let incoming =
+            tokio_stream::wrappers::UnixListenerStream::new(listener).inspect(move |r| {
+                if r.is_ok() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        let (tx, arrived) = mpsc::unbounded_channel();
+        let service = ActorHostServer::new(Echo { name, arrived: tx });
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(incoming),
+        );
+        Sidecar {
+            runtime: Some(runtime),
+            accepts,
+            arrived,
+        }
+    }
+
+    fn accepts(&self) -> usize {
+        self.accepts.load(Ordering::SeqCst)
+    }
+
+    /// Waits (bounded) until the server has accepted `n` connections.
+    async fn await_accepts(&self, n: usize) {
+        for _ in 0..200 {
+            if self.accepts() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!(
+            "the sidecar accepted {} connections, expected {n}",
+            self.accepts()
+        );
+    }
+
+    /// Stops the process-like runtime and waits until every one of its sockets is closed: the
+    /// listener (its file stays behind, as a crashed sidecar leaves it) and every connection.
+    fn crash(mut self) {
+        let runtime = self.runtime.take().unwrap();
+        // Dropping a runtime blocks until its tasks are gone; not allowed on an async thread.
+        std::thread::spawn(move || drop(runtime)).join().unwrap();
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Lets the client's connection task read the end of a connection whose peer just closed.
+async fn let_the_close_arrive() {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+#[tokio::test]
+async fn calls_members_watch_and_raw_go_through_one_connection() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("calls");
+        let socket = dir.join("s.sock");
+        let sidecar = Sidecar::start(&socket, "one");
+        let client = Client::lazy(&socket);
+        assert_eq!(sidecar.accepts(), 0, "a lazy client dials nothing up front");
+
+        let reply = client.call("Counter", "a", "get", "hello").await.unwrap();
+        assert_eq!(&reply[..], b"one:hello");
+        let members = client.members(&MemberFilter::active()).await.unwrap();
+        assert_eq!(members.version, 7);
+        let views: Vec<u64> = client
+            .watch_members(&MemberFilter::active())
+            .await
+            .unwrap()
+            .map(|m| m.unwrap().version)
+            .collect()
+            .await;
+        assert_eq!(views, [1, 2, 3]);
+        let status = client
+            .raw()
+            .status(v1::StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(status.state, "ready (one)");
+        // Clones share the connection too.
+        let clone = client.with_timeout(Duration::from_secs(3));
+        assert_eq!(
+            &clone.call("Counter", "b", "get", "x").await.unwrap()[..],
+            b"one:x"
+        );
+
+        assert_eq!(sidecar.accepts(), 1, "every call shares one connection");
+        drop(sidecar);
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
+
+#[tokio::test]
+async fn concurrent_first_calls_share_one_dial() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("one-dial");
+        let socket = dir.join("s.sock");
+        let sidecar = Sidecar::start(&socket, "one");
+        let client = Client::lazy(&socket);
+        let calls = (0..64).map(|i| {
+            let client = client.clone();
+            async move {
+                client
+                    .call("Counter", format!("k{i}"), "get", format!("{i}"))
+                    .await
+            }
+        });
+        let replies = futures::future::join_all(calls).await;
+        for (i, reply) in replies.into_iter().enumerate() {
+            assert_eq!(reply.unwrap(), format!("one:{i}").into_bytes());
+        }
+        assert_eq!(
+            sidecar.accepts(),
+            1,
+            "64 calls waiting for a connection made one dial"
+        );
+        client.call("Counter", "a", "get", "").await.unwrap();
+        assert_eq!(sidecar.accepts(), 1);
+        drop(sidecar);
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
+
+#[tokio::test]
+async fn the_connection_is_dialed_again_after_the_sidecar_comes_back() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("redial");
+        let socket = dir.join("s.sock");
+        let first = Sidecar::start(&socket, "first");
+        let client = Client::lazy(&socket);
+        assert_eq!(
+            &client.call("Counter", "a", "get", "1").await.unwrap()[..],
+            b"first:1"
+        );
+
+        first.crash();
+        let_the_close_arrive().await;
+        // Down: the socket file is left behind and nobody listens. Each call dials, fails, and
+        // says the call did not run, naming the socket.
+        for _ in 0..2 {
+            let e = client.call("Counter", "a", "get", "2").await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Unreachable, "the call never left: {e}");
+            assert!(e.message.contains(socket.to_str().unwrap()), "{e}");
+        }
+        let e = client.members(&MemberFilter::active()).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+        // The raw client sees what a gRPC client expects of a server that is not there.
+        let status = client.raw().status(v1::StatusRequest {}).await.unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert!(
+            status.message().contains(socket.to_str().unwrap()),
+            "{status:?}"
+        );
+
+        // Back: the same client dials the new sidecar by itself.
+        let second = Sidecar::start(&socket, "second");
+        assert_eq!(
+            &client.call("Counter", "a", "get", "3").await.unwrap()[..],
+            b"second:3"
+        );
+        assert_eq!(
+            &client.call("Counter", "a", "get", "4").await.unwrap()[..],
+            b"second:4"
+        );
+        assert_eq!(second.accepts(), 1, "one new connection, kept");
+        drop(second);
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
+
+#[tokio::test]
+async fn a_call_in_flight_when_the_sidecar_dies_is_outcome_unknown() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("in-flight");
+        let socket = dir.join("s.sock");
+        let mut sidecar = Sidecar::start(&socket, "one");
+        let client = Client::lazy(&socket);
+        let call = tokio::spawn({
+            let client = client.clone();
+            async move { client.call("Counter", "a", "hang", "").await }
+        });
+        // The sidecar has the call: it may have run (here it has begun to).
+        sidecar.arrived.recv().await.unwrap();
+        sidecar.crash();
+        let e = call.await.unwrap().unwrap_err();
+        assert_eq!(
+            e.kind,
+            ErrorKind::OutcomeUnknown,
+            "a call the sidecar received must not read as not run (or as a timeout): {e}"
+        );
+        assert!(e.message.contains(socket.to_str().unwrap()), "{e}");
+        assert!(e.message.contains("in flight"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
+
+#[tokio::test]
+async fn connect_dials_now_and_names_the_socket_when_nobody_listens() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("connect");
+        let socket = dir.join("s.sock");
+
+        // A socket file nobody listens on (what a crashed sidecar leaves behind).
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+        let e = Client::connect(&socket).await.unwrap_err();
+        assert_eq!(e.path, socket);
+        assert_eq!(
+            e.source.kind(),
+            std::io::ErrorKind::ConnectionRefused,
+            "{e}"
+        );
+        let message = e.to_string();
+        assert!(message.contains(socket.to_str().unwrap()), "{message}");
+        assert!(message.contains("is the sidecar running"), "{message}");
+
+        // No file at all.
+        let missing = dir.join("missing.sock");
+        let e = Client::connect(&missing).await.unwrap_err();
+        assert_eq!(e.source.kind(), std::io::ErrorKind::NotFound, "{e}");
+        assert!(e.to_string().contains(missing.to_str().unwrap()), "{e}");
+
+        // Listening: the connection is made by `connect` itself, and calls use it.
+        let sidecar = Sidecar::start(&socket, "one");
+        let client = Client::connect(&socket).await.unwrap();
+        sidecar.await_accepts(1).await;
+        assert_eq!(
+            &client.call("Counter", "a", "get", "x").await.unwrap()[..],
+            b"one:x"
+        );
+        assert_eq!(
+            sidecar.accepts(),
+            1,
+            "the call used the connection `connect` made"
+        );
+        drop(sidecar);
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
