@@ -168,7 +168,7 @@ async fn idle_actors_deactivate_and_come_back_with_a_new_activation_id() {
 async fn deadlines_errors_and_bad_input_get_the_right_kinds() {
     let dir = tempdir();
     let host = start_host(dir.path(), &["--max-payload-bytes", "1024"]).await;
-    let _app = TestApp::start(
+    let app = TestApp::start(
         &host.socket,
         register(
             vec![v1::ActorTypeSpec {
@@ -198,11 +198,26 @@ async fn deadlines_errors_and_bad_input_get_the_right_kinds() {
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
-    // The activation stays turn-based: the next call waits for the slow turn, then runs.
+    // The activation stays turn-based: the next call waits for the slow turn's late answer
+    // (its caller gave up long before), then runs.
     let ok = call(&mut c, "Counter", "a", "get", b"after", 5_000)
         .await
         .unwrap();
     assert_eq!(&ok[..], b"after");
+    let events = app.events();
+    let turn = |what: &str| {
+        events
+            .iter()
+            .find(|e| e.actor == "Counter/a" && e.what == what)
+            .unwrap_or_else(|| panic!("no {what} turn in {events:?}"))
+            .clone()
+    };
+    let (slow, get) = (turn("slow"), turn("get"));
+    assert!(
+        get.start >= slow.end,
+        "the next turn started {:?} before the timed-out one ended",
+        slow.end - get.start
+    );
 
     let e = call(&mut c, "Counter", "a", "boom", b"", 5_000)
         .await

@@ -14,7 +14,7 @@ pub use gate::{ActivationGate, OpenGate};
 pub use registry::{RegistrationError, Registry};
 pub use session::{AppSession, TurnKind, TurnOutcome};
 
-use activation::{Activation, Envelope};
+use activation::Activation;
 use bytes::Bytes;
 use sigx_proto::{ActorError, v1};
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +22,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::time::Instant;
 
 /// The identity of one actor: its type and key.
@@ -396,56 +396,36 @@ impl Runtime {
         payload: Bytes,
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
-        let (reply_tx, reply_rx) = oneshot::channel();
-        let mut envelope = Some(Envelope {
-            method: method.to_string(),
-            payload,
-            deadline,
-            reply: reply_tx,
-        });
-        {
+        let caller = {
             let mut table = self.inner.activations.lock().expect("activations lock");
-            if let Some(existing) = table.get(actor) {
-                match existing.tx.send(envelope.take().expect("envelope")) {
-                    Ok(()) => {}
-                    Err(tokio::sync::mpsc::error::SendError(back)) => {
-                        // The activation is ending: replace it with a new one below.
-                        table.remove(actor);
-                        envelope = Some(back);
-                    }
+            match table.get(actor) {
+                Some(live) if !live.is_closed() => live.enter(),
+                _ => {
+                    // None, or one that is ending: a new activation replaces it.
+                    self.inner.gate.check_accepting()?;
+                    let n = self.inner.next_activation.fetch_add(1, Ordering::Relaxed);
+                    let activation_id: Arc<str> =
+                        format!("{}.{}.{n}", self.inner.cfg.host_id, app.id).into();
+                    let ty = app
+                        .registry
+                        .actors
+                        .get(&*actor.actor_type)
+                        .expect("type checked by caller")
+                        .clone();
+                    let activation = Activation::spawn(
+                        self.clone(),
+                        app.clone(),
+                        actor.clone(),
+                        activation_id,
+                        ty,
+                    );
+                    let caller = activation.enter();
+                    table.insert(actor.clone(), activation);
+                    caller
                 }
             }
-            if let Some(envelope) = envelope {
-                self.inner.gate.check_accepting()?;
-                let n = self.inner.next_activation.fetch_add(1, Ordering::Relaxed);
-                let activation_id: Arc<str> =
-                    format!("{}.{}.{n}", self.inner.cfg.host_id, app.id).into();
-                let ty = app
-                    .registry
-                    .actors
-                    .get(&*actor.actor_type)
-                    .expect("type checked by caller")
-                    .clone();
-                let activation =
-                    Activation::spawn(self.clone(), app.clone(), actor.clone(), activation_id, ty);
-                activation.tx.send(envelope).map_err(|_| {
-                    ActorError::unreachable("activation ended before its first turn")
-                })?;
-                table.insert(actor.clone(), activation);
-            }
-        }
-        match tokio::time::timeout_at(deadline, reply_rx).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(ActorError::outcome_unknown(format!(
-                "the activation of {actor} ended with this call in flight: outcome unknown"
-            ))),
-            Err(_) => {
-                self.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(ActorError::timeout(format!(
-                    "call {actor}.{method} passed its deadline; a late result is discarded"
-                )))
-            }
-        }
+        };
+        caller.call(self, actor, method, payload, deadline).await
     }
 
     async fn invoke_worker(
@@ -508,7 +488,7 @@ impl Runtime {
     where
         F: std::future::Future<Output = TurnOutcome> + Send + 'static,
     {
-        let _in_flight = InFlight::new(&self.inner.in_flight);
+        let _in_flight = InFlight::new(self);
         let started = Instant::now();
         let slow = self.inner.cfg.slow_turn;
         let mut turn = Box::pin(turn);
@@ -608,18 +588,19 @@ fn unknown_method(
     ))
 }
 
-/// Counts a turn in flight for as long as it lives.
-pub(crate) struct InFlight<'a>(&'a watch::Sender<u64>);
+/// Counts a turn in flight for as long as it lives (also in a task of its own, awaiting the
+/// late answer of a turn whose caller has given up).
+pub(crate) struct InFlight(Runtime);
 
-impl<'a> InFlight<'a> {
-    pub(crate) fn new(tx: &'a watch::Sender<u64>) -> Self {
-        tx.send_modify(|n| *n += 1);
-        InFlight(tx)
+impl InFlight {
+    pub(crate) fn new(rt: &Runtime) -> Self {
+        rt.inner.in_flight.send_modify(|n| *n += 1);
+        InFlight(rt.clone())
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        self.0.inner.in_flight.send_modify(|n| *n -= 1);
     }
 }

@@ -33,24 +33,6 @@ fn in_flight_lost(app: &str) -> ActorError {
     ))
 }
 
-/// Who awaits the answer of one turn.
-struct Waiter {
-    /// The turn's own future (the activation, or a worker call).
-    turn: oneshot::Sender<TurnOutcome>,
-    /// The caller the answer is for, answered directly by whoever delivers the answer: the
-    /// answer does not wait for the activation's task to be scheduled and pass it on.
-    caller: Option<oneshot::Sender<TurnOutcome>>,
-}
-
-impl Waiter {
-    fn answer(self, outcome: TurnOutcome) {
-        if let Some(caller) = self.caller {
-            let _ = caller.send(outcome.clone());
-        }
-        let _ = self.turn.send(outcome);
-    }
-}
-
 /// A registered app, from `Register` until its stream closes.
 pub struct AppSession {
     /// Distinguishes this session from earlier and later ones.
@@ -58,7 +40,7 @@ pub struct AppSession {
     /// What the app registered.
     pub registry: Arc<Registry>,
     tx: Mutex<Option<mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>>>,
-    pending: Mutex<Option<HashMap<u64, Waiter>>>,
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
     next_turn: AtomicU64,
     closed: watch::Sender<bool>,
     drain: watch::Sender<bool>,
@@ -130,7 +112,7 @@ impl AppSession {
         let pending = self.pending.lock().expect("pending lock").take();
         self.closed.send_replace(true);
         for waiter in pending.into_iter().flat_map(|p| p.into_values()) {
-            waiter.answer(Err(in_flight_lost(&self.registry.app_name)));
+            let _ = waiter.send(Err(in_flight_lost(&self.registry.app_name)));
         }
     }
 
@@ -163,7 +145,7 @@ impl AppSession {
                 "the app answered a turn with neither a result nor an error",
             )),
         };
-        waiter.answer(outcome);
+        let _ = waiter.send(outcome);
     }
 
     /// Sends a turn to the app and returns the future of its answer. The answer future has no
@@ -177,24 +159,8 @@ impl AppSession {
         deadline: Instant,
         now: Instant,
     ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
-        self.start_turn_for(actor, activation_id, kind, deadline, now, None)
-    }
-
-    /// [`AppSession::start_turn`], also answering `caller` with the outcome the moment it is
-    /// known (the app's answer, its disconnection, or a turn that could not be sent), before
-    /// the returned future resolves for the activation.
-    pub fn start_turn_for(
-        &self,
-        actor: &ActorId,
-        activation_id: &str,
-        kind: TurnKind,
-        deadline: Instant,
-        now: Instant,
-        caller: Option<oneshot::Sender<TurnOutcome>>,
-    ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
         let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        let waiter = Waiter { turn: tx, caller };
+        let (waiter, rx) = oneshot::channel();
         let (registered, mut unregistered) = {
             let mut pending = self.pending.lock().expect("pending lock");
             match pending.as_mut() {
@@ -231,8 +197,8 @@ impl AppSession {
                 .as_ref()
                 .is_some_and(|tx| tx.send(Ok(msg)).is_ok());
         if !sent {
-            // Not sent, so nobody will answer it: answer the caller now (the session may
-            // already have closed and answered it as in flight; then this finds nothing).
+            // Not sent, so nobody will answer it: answer it now (the session may already have
+            // closed and answered it as in flight; then this finds nothing).
             if registered {
                 unregistered = self
                     .pending
@@ -242,7 +208,7 @@ impl AppSession {
                     .and_then(|p| p.remove(&turn_id));
             }
             if let Some(waiter) = unregistered {
-                waiter.answer(Err(never_sent(&self.registry.app_name)));
+                let _ = waiter.send(Err(never_sent(&self.registry.app_name)));
             }
         }
         let app = self.registry.app_name.clone();
