@@ -253,17 +253,99 @@ impl tower::Service<http::Request<Body>> for SidecarChannel {
             parts.authority = Some(http::uri::Authority::from_static(AUTHORITY));
             *req.uri_mut() = http::Uri::from_parts(parts).expect("scheme, authority and path");
         }
+        let deadline = grpc_timeout(req.headers()).map(|t| tokio::time::Instant::now() + t);
         let channel = self.clone();
         Box::pin(async move {
-            let mut sender = channel.sender().await.map_err(|dial| {
+            let sender = match deadline {
+                None => channel.sender().await,
+                Some(deadline) => tokio::time::timeout_at(deadline, channel.sender())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(Arc::new(DialError {
+                            path: channel.inner.path.clone(),
+                            source: std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "no connection within the call's deadline",
+                            ),
+                        }))
+                    }),
+            };
+            let mut sender = sender.map_err(|dial| {
                 let mut status = tonic::Status::unavailable(dial.to_string());
                 status.set_source(dial);
                 tower::BoxError::from(status)
             })?;
             // A request this connection never wrote (it closed first) fails as a hyper
             // `is_canceled` error; the client reads that as `unreachable`.
-            Ok(sender.send_request(req).await?)
+            let response = sender.send_request(req);
+            match deadline {
+                None => Ok(response.await?),
+                // What tonic's `Channel` does with the deadline, and what tonic reads as
+                // `Cancelled`: the call may have run.
+                Some(deadline) => match tokio::time::timeout_at(deadline, response).await {
+                    Ok(response) => Ok(response?),
+                    Err(_) => Err(tonic::TimeoutExpired(()).into()),
+                },
+            }
         })
+    }
+}
+
+/// The deadline a request carries in its `grpc-timeout` header (set by
+/// `tonic::Request::set_timeout`), which this side enforces too: a sidecar that stopped
+/// answering must not hold a caller forever. A malformed value is ignored, as tonic does.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let value = headers.get("grpc-timeout")?.to_str().ok()?;
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (amount, unit) = value.split_at(value.len() - 1);
+    let amount: u64 = amount.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount * 3600),
+        "M" => Duration::from_secs(amount * 60),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grpc_timeout;
+    use std::time::Duration;
+
+    fn parse(value: &str) -> Option<Duration> {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("grpc-timeout", value.parse().unwrap());
+        grpc_timeout(&headers)
+    }
+
+    #[test]
+    fn the_grpc_timeout_header_is_read_in_every_unit() {
+        assert_eq!(grpc_timeout(&http::HeaderMap::new()), None);
+        assert_eq!(parse("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse("4S"), Some(Duration::from_secs(4)));
+        assert_eq!(parse("2300m"), Some(Duration::from_millis(2300)));
+        assert_eq!(parse("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        // What tonic itself writes for `Request::set_timeout`.
+        let mut request = tonic::Request::new(());
+        request.set_timeout(Duration::from_millis(2300));
+        let headers = request.metadata().clone().into_headers();
+        assert_eq!(grpc_timeout(&headers), Some(Duration::from_millis(2300)));
+    }
+
+    #[test]
+    fn a_malformed_grpc_timeout_is_ignored() {
+        for bad in ["", "S", "5", "5x", "-5S", "123456789S", "1.5S"] {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("grpc-timeout", bad.parse().unwrap());
+            assert_eq!(grpc_timeout(&headers), None, "{bad:?}");
+        }
     }
 }
 

@@ -384,3 +384,28 @@ async fn connect_dials_now_and_names_the_socket_when_nobody_listens() {
     .await
     .expect("bounded");
 }
+
+#[tokio::test]
+async fn a_call_a_frozen_sidecar_never_answers_ends_at_its_deadline() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("deadline");
+        let socket = dir.join("s.sock");
+        // Frozen: the kernel completes the connection into the backlog, nobody ever reads it.
+        // (A live tonic server would enforce the deadline itself and hide a client that does
+        // not.)
+        let _frozen = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+        let client = Client::lazy(&socket);
+        let mut request = Request::new(v1::CallRequest::default());
+        request.set_timeout(Duration::from_millis(200));
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(5), client.raw().call(request)).await;
+        let status = outcome
+            .expect("the request's own deadline ended the call")
+            .unwrap_err();
+        // What tonic's `Channel` answered too; the SDK reads it as `timeout`.
+        assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
