@@ -312,6 +312,24 @@ fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
     })
 }
 
+/// A channel that dials `path` on first use and again after the connection closes.
+pub(crate) fn lazy_channel(path: &Path) -> SidecarChannel {
+    SidecarChannel::new(path)
+}
+
+/// A channel whose first connection is made now: fails at once when nothing listens.
+pub(crate) async fn eager_channel(path: &Path) -> Result<SidecarChannel, ConnectError> {
+    let channel = SidecarChannel::new(path);
+    let sender = open(path, channel.inner.connect_timeout)
+        .await
+        .map_err(|source| ConnectError {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    channel.inner.link.lock().expect("sidecar link lock").sender = Some(sender);
+    Ok(channel)
+}
+
 #[cfg(test)]
 mod tests {
     use super::grpc_timeout;
@@ -347,22 +365,4 @@ mod tests {
             assert_eq!(grpc_timeout(&headers), None, "{bad:?}");
         }
     }
-}
-
-/// A channel that dials `path` on first use and again after the connection closes.
-pub(crate) fn lazy_channel(path: &Path) -> SidecarChannel {
-    SidecarChannel::new(path)
-}
-
-/// A channel whose first connection is made now: fails at once when nothing listens.
-pub(crate) async fn eager_channel(path: &Path) -> Result<SidecarChannel, ConnectError> {
-    let channel = SidecarChannel::new(path);
-    let sender = open(path, channel.inner.connect_timeout)
-        .await
-        .map_err(|source| ConnectError {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    channel.inner.link.lock().expect("sidecar link lock").sender = Some(sender);
-    Ok(channel)
 }
