@@ -150,12 +150,15 @@ impl SidecarChannel {
             match &link.dialing {
                 Some(dial) => dial.clone(),
                 None => {
-                    let path = self.inner.path.clone();
+                    let inner = self.inner.clone();
                     let task = tokio::spawn(dial(self.inner.clone()));
                     let dial = async move {
                         task.await.unwrap_or_else(|e| {
+                            // Its runtime shut down under it: let the next call dial anew
+                            // rather than share this outcome forever.
+                            inner.link.lock().expect("sidecar link lock").dialing = None;
                             Err(Arc::new(DialError {
-                                path,
+                                path: inner.path.clone(),
                                 source: std::io::Error::other(format!("the dial task died: {e}")),
                             }))
                         })

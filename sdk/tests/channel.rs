@@ -409,3 +409,29 @@ async fn a_call_a_frozen_sidecar_never_answers_ends_at_its_deadline() {
     .await
     .expect("bounded");
 }
+
+/// A client kept across runtimes (a static one, or one made in a test's setup) finds the
+/// connection its first runtime drove gone with that runtime, and dials again.
+#[test]
+fn a_client_outlives_the_runtime_that_dialed() {
+    let dir = scratch("runtimes");
+    let socket = dir.join("s.sock");
+    let sidecar = Sidecar::start(&socket, "one");
+    let client = Client::lazy(&socket);
+    let call = |client: &Client| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            tokio::time::timeout(TEST_BOUND, client.call("Counter", "a", "get", "x"))
+                .await
+                .expect("bounded")
+        })
+    };
+    assert_eq!(&call(&client).unwrap()[..], b"one:x");
+    assert_eq!(&call(&client).unwrap()[..], b"one:x");
+    assert_eq!(sidecar.accepts(), 2, "one connection per runtime");
+    drop(sidecar);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
