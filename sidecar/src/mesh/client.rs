@@ -11,24 +11,27 @@ use hyper_util::rt::TokioIo;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
-    CollectRequest, CollectResponse, DeliverRequest, DeliverResponse, LookupRequest,
-    LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
-    deliver_response::Outcome,
+    CollectRequest, CollectResponse, DeliverAnswer, DeliverFrame, DeliverRequest, DeliverResponse,
+    LookupRequest, LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest,
+    UnregisterResponse, deliver_response::Outcome,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::error::Error as _;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 /// gRPC method paths (signed into every request's MAC).
 pub mod paths {
     /// `Mesh/Deliver`.
     pub const DELIVER: &str = "/sigx.actors.v1.Mesh/Deliver";
+    /// `Mesh/DeliverStream`.
+    pub const DELIVER_STREAM: &str = "/sigx.actors.v1.Mesh/DeliverStream";
     /// `Mesh/Lookup`.
     pub const LOOKUP: &str = "/sigx.actors.v1.Mesh/Lookup";
     /// `Mesh/Register`.
@@ -171,9 +174,41 @@ struct PeerLink {
     sender: Mutex<Option<SendRequest<tonic::body::Body>>>,
     /// A dial is in progress: calls arriving meanwhile wait for its outcome and share it.
     dialing: Mutex<bool>,
+    /// The open call stream (`DeliverStream`), if one is open.
+    stream: Mutex<Option<Arc<CallStream>>>,
+    /// One stream opening at a time.
+    opening: tokio::sync::Mutex<()>,
+    /// The peer answered `DeliverStream` with UNIMPLEMENTED: calls to it use `Deliver`.
+    streams_unsupported: AtomicBool,
 }
 
 impl PeerLink {
+    /// The open call stream, unless it has closed.
+    fn live_stream(&self) -> Option<Arc<CallStream>> {
+        let mut stream = self.stream.lock().expect("peer link lock");
+        match &*stream {
+            Some(s) if s.is_open() => Some(s.clone()),
+            Some(_) => {
+                *stream = None;
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// The peer left (or moved): close the call stream; its calls end through the link state.
+    fn close(&self) {
+        self.state.send_modify(|s| s.departed = true);
+        if let Some(stream) = self.stream.lock().expect("peer link lock").take() {
+            stream.close();
+        }
+    }
+
+    /// Drops the cached connection handle; true if there was one.
+    fn forget_sender(&self) -> bool {
+        self.sender.lock().expect("peer link lock").take().is_some()
+    }
+
     /// The open connection's handle, unless it has closed.
     fn live_sender(&self) -> Option<SendRequest<tonic::body::Body>> {
         let mut sender = self.sender.lock().expect("peer link lock");
@@ -186,6 +221,147 @@ impl PeerLink {
             None => None,
         }
     }
+}
+
+/// Calls whose payload is at most this many bytes go on the peer's call stream; larger ones
+/// use `Deliver`, one HTTP/2 stream each, so they cannot hold small calls up behind them.
+pub const STREAM_PAYLOAD_MAX: usize = 64 * 1024;
+
+/// What a call waiting on a call stream is told.
+type StreamAnswer = Result<DeliverResponse, String>;
+
+/// One long-lived `DeliverStream` to a peer: calls go out as frames with ids, answers come
+/// back in any order and find their callers by id.
+struct CallStream {
+    /// The frames' way out; `None` once the stream takes no more calls.
+    tx: Mutex<Option<mpsc::UnboundedSender<DeliverFrame>>>,
+    /// Calls sent and not yet answered.
+    waiters: Mutex<HashMap<u64, oneshot::Sender<StreamAnswer>>>,
+    next_id: AtomicU64,
+    /// The task reading answers.
+    reader: Mutex<Option<tokio::task::AbortHandle>>,
+}
+
+impl CallStream {
+    fn is_open(&self) -> bool {
+        self.tx.lock().expect("call stream lock").is_some()
+    }
+
+    /// Sends `req` (taken from the option) as a frame. `None`, with `req` left in place, when
+    /// the stream takes no more calls: nothing was sent.
+    fn send(self: &Arc<Self>, req: &mut Option<DeliverRequest>) -> Option<WaitingCall> {
+        let tx = self.tx.lock().expect("call stream lock");
+        let tx = tx.as_ref()?;
+        let call_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (answer_tx, answer_rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .expect("call stream lock")
+            .insert(call_id, answer_tx);
+        let frame = DeliverFrame {
+            call_id,
+            request: req.take(),
+        };
+        if let Err(mpsc::error::SendError(frame)) = tx.send(frame) {
+            self.waiters
+                .lock()
+                .expect("call stream lock")
+                .remove(&call_id);
+            *req = frame.request;
+            return None;
+        }
+        Some(WaitingCall {
+            stream: self.clone(),
+            call_id,
+            answer: answer_rx,
+        })
+    }
+
+    /// No more calls: half-close the stream (the peer answers what it has and ends it).
+    fn stop_sending(&self) {
+        self.tx.lock().expect("call stream lock").take();
+    }
+
+    /// Ends the stream now, and every call waiting on it with `reason`.
+    fn fail_all(&self, reason: &str) {
+        self.stop_sending();
+        let waiters = std::mem::take(&mut *self.waiters.lock().expect("call stream lock"));
+        for (_, waiter) in waiters {
+            let _ = waiter.send(Err(reason.to_owned()));
+        }
+    }
+
+    /// The peer left: stop reading; waiting calls end through the link state.
+    fn close(&self) {
+        self.stop_sending();
+        if let Some(reader) = self.reader.lock().expect("call stream lock").take() {
+            reader.abort();
+        }
+    }
+}
+
+/// A call sent on a call stream, until its answer. Dropped unanswered (the caller gave up),
+/// it forgets its id, and a late answer finds nobody.
+struct WaitingCall {
+    stream: Arc<CallStream>,
+    call_id: u64,
+    answer: oneshot::Receiver<StreamAnswer>,
+}
+
+impl WaitingCall {
+    async fn answer(mut self) -> StreamAnswer {
+        (&mut self.answer)
+            .await
+            .unwrap_or_else(|_| Err("the call stream was dropped".into()))
+    }
+}
+
+impl Drop for WaitingCall {
+    fn drop(&mut self) {
+        self.stream
+            .waiters
+            .lock()
+            .expect("call stream lock")
+            .remove(&self.call_id);
+    }
+}
+
+/// Reads a call stream's answers and hands each to its caller, until the stream ends; then
+/// every call still waiting ends with outcome unknown (it may have run).
+async fn read_answers(
+    stream: Arc<CallStream>,
+    mut answers: tonic::Streaming<DeliverAnswer>,
+    peer: String,
+) {
+    let reason = loop {
+        match answers.message().await {
+            Ok(Some(answer)) if answer.call_id == 0 => {
+                // The peer is shutting down: send nothing more; it answers what it has.
+                tracing::debug!(peer = %peer, "call stream closing (peer shutting down)");
+                stream.stop_sending();
+            }
+            Ok(Some(answer)) => {
+                let waiter = stream
+                    .waiters
+                    .lock()
+                    .expect("call stream lock")
+                    .remove(&answer.call_id);
+                if let Some(waiter) = waiter {
+                    let _ = waiter.send(Ok(answer.response.unwrap_or_default()));
+                }
+            }
+            Ok(None) => break "the host ended the call stream with this call in flight".to_owned(),
+            Err(status) => {
+                break format!(
+                    "the call stream broke with this call in flight ({:?}: {})",
+                    status.code(),
+                    status.message()
+                );
+            }
+        }
+    };
+    tracing::debug!(peer = %peer, %reason, "call stream ended");
+    stream.fail_all(&reason);
 }
 
 /// A request handle as the tower service tonic's generated client machinery calls.
@@ -268,6 +444,8 @@ pub struct MeshClient {
     // Ordered: when several peers leave at once their waiting calls wake in one order, so a
     // simulation replays exactly (a HashMap iterates in a per-process random order).
     pool: Mutex<BTreeMap<String, Arc<PeerLink>>>,
+    /// Call streams opened so far (one per peer, again after each one ends).
+    streams_opened: AtomicU64,
 }
 
 impl std::fmt::Debug for MeshClient {
@@ -295,12 +473,18 @@ impl MeshClient {
             connector,
             config,
             pool: Mutex::new(BTreeMap::new()),
+            streams_opened: AtomicU64::new(0),
         }
     }
 
     /// This host's id.
     pub fn self_id(&self) -> &str {
         &self.self_id
+    }
+
+    /// Call streams (`DeliverStream`) opened so far: one per peer, and again after one ends.
+    pub fn call_streams_opened(&self) -> u64 {
+        self.streams_opened.load(Ordering::Relaxed)
     }
 
     /// Drops the pooled connection to `peer` (it left the view). Calls in flight to it end at
@@ -318,7 +502,7 @@ impl MeshClient {
             .retain(|id, link| {
                 let kept = keep(id);
                 if !kept {
-                    link.state.send_modify(|s| s.departed = true);
+                    link.close();
                 }
                 kept
             });
@@ -344,10 +528,13 @@ impl MeshClient {
             state: Arc::new(watch::Sender::new(LinkState::default())),
             sender: Mutex::new(None),
             dialing: Mutex::new(false),
+            stream: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            streams_unsupported: AtomicBool::new(false),
         });
         // A host id keeps one address for its life; a new address means a stale entry.
         if let Some(old) = pool.insert(peer.id.to_owned(), link.clone()) {
-            old.state.send_modify(|s| s.departed = true);
+            old.close();
         }
         Ok(link)
     }
@@ -360,68 +547,70 @@ impl MeshClient {
     /// abort a dial the next caller will want.
     async fn sender(&self, link: &Arc<PeerLink>) -> Result<SendRequest<tonic::body::Body>, String> {
         let mut rx = link.state.subscribe();
-        {
-            if let Some(sender) = link.live_sender() {
-                return Ok(sender);
-            }
-            let dials_before = {
-                let s = rx.borrow_and_update();
-                // Calls queued behind a dial that failed end as unreachable; the backoff
-                // promises the peer no dial until it passes.
-                let now = Instant::now();
-                if let Some(until) = s.down_until.filter(|u| *u > now) {
-                    return Err(format!(
-                        "not dialled: the last dial to {} failed ({}); next attempt in {} ms",
-                        link.advertise,
-                        s.last_failure.as_deref().unwrap_or("unknown reason"),
-                        (until - now).as_millis()
-                    ));
-                }
-                s.dials
-            };
-            {
-                let mut dialing = link.dialing.lock().expect("peer link lock");
-                if !*dialing {
-                    *dialing = true;
-                    tokio::spawn(dial(
-                        link.clone(),
-                        self.connector.clone(),
-                        self.config.clone(),
-                    ));
-                }
-            }
-            loop {
-                if rx.changed().await.is_err() {
-                    return Err("the connection pool was dropped".into());
-                }
-                let s = rx.borrow_and_update();
-                if s.dials != dials_before {
-                    if let Some(failure) = s.last_failure.as_deref()
-                        && s.down_until.is_some()
-                    {
-                        return Err(format!("the dial failed: {failure}"));
-                    }
-                    break;
-                }
-            }
-            // One dial per call: a connection that closed as soon as it opened is this call's
-            // answer, not a reason to dial again until the deadline.
-            return link.live_sender().ok_or_else(|| {
-                "the connection closed as soon as it opened: the call was never sent".to_owned()
-            });
+        if let Some(sender) = link.live_sender() {
+            return Ok(sender);
         }
+        let dials_before = {
+            let s = rx.borrow_and_update();
+            // Calls queued behind a dial that failed end as unreachable; the backoff
+            // promises the peer no dial until it passes.
+            let now = Instant::now();
+            if let Some(until) = s.down_until.filter(|u| *u > now) {
+                return Err(format!(
+                    "not dialled: the last dial to {} failed ({}); next attempt in {} ms",
+                    link.advertise,
+                    s.last_failure.as_deref().unwrap_or("unknown reason"),
+                    (until - now).as_millis()
+                ));
+            }
+            s.dials
+        };
+        {
+            let mut dialing = link.dialing.lock().expect("peer link lock");
+            if !*dialing {
+                *dialing = true;
+                tokio::spawn(dial(
+                    link.clone(),
+                    self.connector.clone(),
+                    self.config.clone(),
+                ));
+            }
+        }
+        loop {
+            if rx.changed().await.is_err() {
+                return Err("the connection pool was dropped".into());
+            }
+            let s = rx.borrow_and_update();
+            if s.dials != dials_before {
+                if let Some(failure) = s.last_failure.as_deref()
+                    && s.down_until.is_some()
+                {
+                    return Err(format!("the dial failed: {failure}"));
+                }
+                break;
+            }
+        }
+        // One dial per call: a connection that closed as soon as it opened is this call's
+        // answer, not a reason to dial again until the deadline.
+        link.live_sender().ok_or_else(|| {
+            "the connection closed as soon as it opened: the call was never sent".to_owned()
+        })
     }
 
-    async fn unary<Req, Resp>(
+    /// Runs `call` on `peer`'s link, and sorts how it ended by what the link saw meanwhile: the
+    /// peer left the view (the call ends now: outcome unknown, unless it was never sent), the
+    /// dial it waited for failed (unreachable now, not one connect timeout per waiting call
+    /// later), or the deadline passed (unreachable when no connection could be made, else
+    /// timeout).
+    async fn guarded<T, F, Fut>(
         &self,
         peer: PeerAddr<'_>,
-        path: &'static str,
-        msg: Req,
         deadline: Instant,
-    ) -> Result<Resp, MeshCallError>
+        call: F,
+    ) -> Result<T, MeshCallError>
     where
-        Req: prost::Message + Send + Sync + 'static,
-        Resp: prost::Message + Default + Send + Sync + 'static,
+        F: FnOnce(Arc<PeerLink>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, MeshCallError>>,
     {
         let unreachable = |reason: String| MeshCallError::Unreachable {
             peer: peer.id.to_owned(),
@@ -458,31 +647,7 @@ impl MeshClient {
         // True when the call cannot have reached a socket: no connection was open when it
         // started and none has been made since.
         let never_sent = |s: &LinkState| open_before == 0 && s.connects == connects_before;
-        let mut req = tonic::Request::new(msg);
-        req.set_timeout(deadline - Instant::now());
-        let mut headers = std::mem::take(req.metadata_mut()).into_headers();
-        self.auth
-            .sign_headers(&self.self_id, self.clock.wall_unix_ms(), path, &mut headers);
-        *req.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
-        let call = async {
-            let sender = self.sender(&link).await.map_err(unreachable)?;
-            let mut grpc = tonic::client::Grpc::with_origin(H2Service(sender), link.origin.clone())
-                .max_decoding_message_size(self.config.max_message_bytes)
-                .max_encoding_message_size(self.config.max_message_bytes);
-            grpc.ready().await.map_err(|e| {
-                unreachable(format!(
-                    "the connection closed before the call was sent: {e}"
-                ))
-            })?;
-            grpc.unary(
-                req,
-                http::uri::PathAndQuery::from_static(path),
-                tonic_prost::ProstCodec::default(),
-            )
-            .await
-            .map(|r| r.into_inner())
-            .map_err(|status| classify(peer, status))
-        };
+        let call = call(link.clone());
         // Ends the call early when the link says how it ended: the peer left the view (the
         // call may have run: outcome unknown, unless it was never sent), or the dial it was
         // queued behind failed (it was not sent: unreachable now, not one connect timeout per
@@ -539,6 +704,174 @@ impl MeshClient {
         }
     }
 
+    /// One unary RPC, signed, with the call's deadline as its gRPC timeout.
+    async fn unary<Req, Resp>(
+        &self,
+        peer: PeerAddr<'_>,
+        path: &'static str,
+        msg: Req,
+        deadline: Instant,
+    ) -> Result<Resp, MeshCallError>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.guarded(peer, deadline, |link| async move {
+            let mut grpc = self.grpc(peer, &link).await?;
+            let req = self.signed(tonic::Request::new(msg), path, Some(deadline));
+            grpc.unary(
+                req,
+                http::uri::PathAndQuery::from_static(path),
+                tonic_prost::ProstCodec::default(),
+            )
+            .await
+            .map(|r| r.into_inner())
+            .map_err(|status| classify(peer, status))
+        })
+        .await
+    }
+
+    /// A gRPC client on the link's open connection (dialled if none is), ready to send.
+    async fn grpc(
+        &self,
+        peer: PeerAddr<'_>,
+        link: &Arc<PeerLink>,
+    ) -> Result<tonic::client::Grpc<H2Service>, MeshCallError> {
+        let unreachable = |reason: String| MeshCallError::Unreachable {
+            peer: peer.id.to_owned(),
+            addr: peer.advertise.to_owned(),
+            reason,
+        };
+        let sender = self.sender(link).await.map_err(unreachable)?;
+        let mut grpc = tonic::client::Grpc::with_origin(H2Service(sender), link.origin.clone())
+            .max_decoding_message_size(self.config.max_message_bytes)
+            .max_encoding_message_size(self.config.max_message_bytes);
+        grpc.ready().await.map_err(|e| {
+            unreachable(format!(
+                "the connection closed before the call was sent: {e}"
+            ))
+        })?;
+        Ok(grpc)
+    }
+
+    /// `req` with this host's MAC over `path` (and `deadline` as its gRPC timeout).
+    fn signed<T>(
+        &self,
+        mut req: tonic::Request<T>,
+        path: &'static str,
+        deadline: Option<Instant>,
+    ) -> tonic::Request<T> {
+        if let Some(deadline) = deadline {
+            req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+        }
+        let mut headers = std::mem::take(req.metadata_mut()).into_headers();
+        self.auth
+            .sign_headers(&self.self_id, self.clock.wall_unix_ms(), path, &mut headers);
+        *req.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
+        req
+    }
+
+    /// The link's open call stream, opening one if there is none. `Ok(None)`: the peer has no
+    /// `DeliverStream` (an older version during a rolling upgrade); use `Deliver`.
+    async fn call_stream(
+        &self,
+        peer: PeerAddr<'_>,
+        link: &Arc<PeerLink>,
+    ) -> Result<Option<Arc<CallStream>>, MeshCallError> {
+        if let Some(stream) = link.live_stream() {
+            return Ok(Some(stream));
+        }
+        if link.streams_unsupported.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let _opening = link.opening.lock().await;
+        if let Some(stream) = link.live_stream() {
+            return Ok(Some(stream));
+        }
+        match self.open_call_stream(peer, link).await {
+            // The cached connection died under the stream (it broke with it, and the
+            // connection has not noticed yet): the stream was never opened; dial afresh once.
+            Err(MeshCallError::Unreachable { .. }) if link.forget_sender() => {
+                self.open_call_stream(peer, link).await
+            }
+            opened => opened,
+        }
+    }
+
+    async fn open_call_stream(
+        &self,
+        peer: PeerAddr<'_>,
+        link: &Arc<PeerLink>,
+    ) -> Result<Option<Arc<CallStream>>, MeshCallError> {
+        let mut grpc = self.grpc(peer, link).await?;
+        let (tx, rx) = mpsc::unbounded_channel::<DeliverFrame>();
+        let req = self.signed(
+            tonic::Request::new(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)),
+            paths::DELIVER_STREAM,
+            None,
+        );
+        let answers = match grpc
+            .streaming(
+                req,
+                http::uri::PathAndQuery::from_static(paths::DELIVER_STREAM),
+                tonic_prost::ProstCodec::<DeliverFrame, DeliverAnswer>::default(),
+            )
+            .await
+        {
+            Ok(answers) => answers.into_inner(),
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(peer = %peer.id, "peer has no DeliverStream: calls to it use Deliver");
+                link.streams_unsupported.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Err(status) => return Err(classify(peer, status)),
+        };
+        let stream = Arc::new(CallStream {
+            tx: Mutex::new(Some(tx)),
+            waiters: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            reader: Mutex::new(None),
+        });
+        self.streams_opened.fetch_add(1, Ordering::Relaxed);
+        let reader = tokio::spawn(read_answers(stream.clone(), answers, peer.id.to_owned()));
+        *stream.reader.lock().expect("call stream lock") = Some(reader.abort_handle());
+        *link.stream.lock().expect("peer link lock") = Some(stream.clone());
+        Ok(Some(stream))
+    }
+
+    /// Delivers `req` as one frame of the link's call stream. `Ok(None)`: the peer has no call
+    /// stream; nothing was sent.
+    async fn deliver_on_stream(
+        &self,
+        peer: PeerAddr<'_>,
+        link: &Arc<PeerLink>,
+        req: &mut Option<DeliverRequest>,
+    ) -> Result<Option<DeliverResponse>, MeshCallError> {
+        // A stream that closed between finding it and sending on it was sent nothing: one more
+        // stream is opened for the call then (the second cannot have closed for the same
+        // reason without the connection refusing the new stream, which is `unreachable`).
+        for _ in 0..2 {
+            let Some(stream) = self.call_stream(peer, link).await? else {
+                return Ok(None);
+            };
+            let Some(waiting) = stream.send(req) else {
+                continue;
+            };
+            return match waiting.answer().await {
+                Ok(answer) => Ok(Some(answer)),
+                Err(reason) => Err(MeshCallError::OutcomeUnknown {
+                    peer: peer.id.to_owned(),
+                    reason,
+                }),
+            };
+        }
+        Err(MeshCallError::Unreachable {
+            peer: peer.id.to_owned(),
+            addr: peer.advertise.to_owned(),
+            reason: "the host closed its call stream twice before the call was sent".into(),
+        })
+    }
+
     /// Delivers a call. The actor's answer (success or error) comes back as `Ok`/`Answered`.
     pub async fn deliver(
         &self,
@@ -550,7 +883,22 @@ impl MeshClient {
             .saturating_duration_since(Instant::now())
             .as_millis()
             .max(1) as u64;
-        let resp: DeliverResponse = self.unary(peer, paths::DELIVER, req, deadline).await?;
+        let resp: DeliverResponse = if req.payload.len() <= STREAM_PAYLOAD_MAX {
+            let mut req = Some(req);
+            let streamed = self
+                .guarded(peer, deadline, |link| async move {
+                    let answer = self.deliver_on_stream(peer, &link, &mut req).await?;
+                    Ok((answer, req))
+                })
+                .await?;
+            match streamed {
+                (Some(answer), _) => answer,
+                (None, Some(req)) => self.unary(peer, paths::DELIVER, req, deadline).await?,
+                (None, None) => unreachable!("a request not sent on a stream is handed back"),
+            }
+        } else {
+            self.unary(peer, paths::DELIVER, req, deadline).await?
+        };
         match resp.outcome {
             Some(Outcome::Ok(bytes)) => Ok(bytes),
             Some(Outcome::Error(detail)) => {

@@ -6,15 +6,21 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
-    self, CollectRequest, CollectResponse, DeliverRequest, DeliverResponse, LookupRequest,
-    LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
-    deliver_response::Outcome,
+    self, CollectRequest, CollectResponse, DeliverAnswer, DeliverFrame, DeliverRequest,
+    DeliverResponse, LookupRequest, LookupResponse, RegisterRequest, RegisterResponse,
+    UnregisterRequest, UnregisterResponse, deliver_response::Outcome,
 };
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
+
+/// How long a closing call stream waits for its caller to half-close it after the closing
+/// notice, before it stops reading (the caller stops sending within a round trip).
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs calls delivered by peers (implemented by the host: local activation, turn dispatch).
 #[async_trait]
@@ -82,6 +88,11 @@ pub struct MeshService {
     deliver: Arc<dyn DeliverHandler>,
     directory: Arc<dyn DirectoryHandler>,
     max_call_timeout: Duration,
+    /// Calls one call stream may run at once (further frames wait: HTTP/2 flow control then
+    /// holds the caller back).
+    stream_concurrency: usize,
+    /// True once the server shuts down: call streams send their closing notice.
+    draining: watch::Receiver<bool>,
 }
 
 impl MeshService {
@@ -95,7 +106,136 @@ impl MeshService {
             deliver,
             directory,
             max_call_timeout: config.max_call_timeout,
+            stream_concurrency: config.concurrency_per_connection,
+            draining: watch::channel(false).1,
         }
+    }
+}
+
+/// Runs one delivered call: the work of `Deliver` and of one `DeliverStream` frame. `Err` is a
+/// request that cannot run at all.
+async fn run_delivered(
+    deliver: &dyn DeliverHandler,
+    peer: &str,
+    req: DeliverRequest,
+    max_call_timeout: Duration,
+) -> Result<DeliverResponse, ActorError> {
+    let timeout = Duration::from_millis(req.timeout_ms).min(max_call_timeout);
+    if timeout.is_zero() {
+        return Err(ActorError::invalid(
+            "Deliver without a timeout: every mesh call carries the caller's remaining deadline",
+        ));
+    }
+    let deadline = Instant::now() + timeout;
+    let span = tracing::debug_span!(
+        "mesh.deliver",
+        peer = %peer,
+        actor_type = req.actor.as_ref().map(|a| a.actor_type.as_str()).unwrap_or(""),
+        key = req.actor.as_ref().map(|a| a.key.as_str()).unwrap_or(""),
+    );
+    // Bounded by the caller's deadline here too: the caller has given up by then (a unary
+    // caller resets its HTTP/2 stream, which drops this future; a frame on a call stream has
+    // no stream of its own to reset).
+    let delivered = tokio::time::timeout_at(deadline, deliver.deliver(peer, req, deadline))
+        .instrument(span)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ActorError::timeout(
+                "the call's deadline passed on the host running it; a late result is discarded",
+            ))
+        });
+    let outcome = match delivered {
+        Ok(bytes) => Outcome::Ok(bytes),
+        Err(err) => Outcome::Error(err.to_detail()),
+    };
+    Ok(DeliverResponse {
+        outcome: Some(outcome),
+    })
+}
+
+fn answer(call_id: u64, err: ActorError) -> DeliverAnswer {
+    DeliverAnswer {
+        call_id,
+        response: Some(DeliverResponse {
+            outcome: Some(Outcome::Error(err.to_detail())),
+        }),
+    }
+}
+
+/// Reads one call stream's frames and runs each call in a task of its own; answers go to `tx`.
+/// On shutdown it sends the closing notice, answers frames that crossed it as never run, and
+/// stops once the caller half-closes (or after [`CLOSE_GRACE`]). The answer stream ends when
+/// the last running call has answered.
+async fn serve_call_stream(
+    peer: Arc<str>,
+    mut frames: tonic::Streaming<DeliverFrame>,
+    tx: mpsc::UnboundedSender<Result<DeliverAnswer, tonic::Status>>,
+    deliver: Arc<dyn DeliverHandler>,
+    max_call_timeout: Duration,
+    limit: Arc<Semaphore>,
+    mut draining: watch::Receiver<bool>,
+) {
+    let mut closing_at: Option<Instant> = None;
+    loop {
+        let Ok(permit) = limit.clone().acquire_owned().await else {
+            return;
+        };
+        let frame = tokio::select! {
+            biased;
+            _ = draining.wait_for(|d| *d), if closing_at.is_none() => {
+                closing_at = Some(Instant::now());
+                let _ = tx.send(Ok(DeliverAnswer { call_id: 0, response: None }));
+                continue;
+            }
+            _ = tokio::time::sleep_until(closing_at.map(|t| t + CLOSE_GRACE).unwrap_or_else(Instant::now)), if closing_at.is_some() => {
+                tracing::debug!(peer = %peer, "call stream not half-closed after the closing notice: stop reading");
+                return;
+            }
+            frame = frames.message() => frame,
+        };
+        let frame = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(status) => {
+                tracing::debug!(peer = %peer, %status, "call stream ended");
+                return;
+            }
+        };
+        if frame.call_id == 0 {
+            tracing::warn!(peer = %peer, "call stream frame with call id 0 (reserved): ignored");
+            continue;
+        }
+        if closing_at.is_some() {
+            let _ = tx.send(Ok(answer(
+                frame.call_id,
+                ActorError::unreachable(
+                    "the host is shutting down and closed this call stream before the call                      ran: it never ran",
+                ),
+            )));
+            continue;
+        }
+        let Some(req) = frame.request else {
+            let _ = tx.send(Ok(answer(
+                frame.call_id,
+                ActorError::invalid("DeliverFrame without a request"),
+            )));
+            continue;
+        };
+        let (peer, tx, deliver) = (peer.clone(), tx.clone(), deliver.clone());
+        tokio::spawn(async move {
+            let response = match run_delivered(&*deliver, &peer, req, max_call_timeout).await {
+                Ok(response) => response,
+                Err(err) => {
+                    let _ = tx.send(Ok(answer(frame.call_id, err)));
+                    return;
+                }
+            };
+            let _ = tx.send(Ok(DeliverAnswer {
+                call_id: frame.call_id,
+                response: Some(response),
+            }));
+            drop(permit);
+        });
     }
 }
 
@@ -116,33 +256,38 @@ impl v1::mesh_server::Mesh for MeshService {
         request: tonic::Request<DeliverRequest>,
     ) -> Result<tonic::Response<DeliverResponse>, tonic::Status> {
         let peer = peer_of(&request)?;
-        let req = request.into_inner();
-        let timeout = Duration::from_millis(req.timeout_ms).min(self.max_call_timeout);
-        if timeout.is_zero() {
-            return Err(ActorError::invalid(
-                "Deliver without a timeout: every mesh call carries the caller's remaining deadline",
-            )
-            .to_status());
-        }
-        let deadline = Instant::now() + timeout;
-        let span = tracing::debug_span!(
-            "mesh.deliver",
-            peer = %peer,
-            actor_type = req.actor.as_ref().map(|a| a.actor_type.as_str()).unwrap_or(""),
-            key = req.actor.as_ref().map(|a| a.key.as_str()).unwrap_or(""),
-        );
-        let outcome = match self
-            .deliver
-            .deliver(&peer, req, deadline)
-            .instrument(span)
-            .await
-        {
-            Ok(bytes) => Outcome::Ok(bytes),
-            Err(err) => Outcome::Error(err.to_detail()),
-        };
-        Ok(tonic::Response::new(DeliverResponse {
-            outcome: Some(outcome),
-        }))
+        run_delivered(
+            &*self.deliver,
+            &peer,
+            request.into_inner(),
+            self.max_call_timeout,
+        )
+        .await
+        .map(tonic::Response::new)
+        .map_err(|e| e.to_status())
+    }
+
+    type DeliverStreamStream =
+        Pin<Box<dyn futures::Stream<Item = Result<DeliverAnswer, tonic::Status>> + Send + 'static>>;
+
+    async fn deliver_stream(
+        &self,
+        request: tonic::Request<tonic::Streaming<DeliverFrame>>,
+    ) -> Result<tonic::Response<Self::DeliverStreamStream>, tonic::Status> {
+        let peer: Arc<str> = peer_of(&request)?.into();
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(serve_call_stream(
+            peer,
+            request.into_inner(),
+            tx,
+            self.deliver.clone(),
+            self.max_call_timeout,
+            Arc::new(Semaphore::new(self.stream_concurrency)),
+            self.draining.clone(),
+        ));
+        Ok(tonic::Response::new(Box::pin(
+            tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+        )))
     }
 
     async fn lookup(
@@ -205,6 +350,13 @@ where
     L: Listener,
     F: Future<Output = ()> + Send,
 {
+    let mut service = service;
+    let (draining, draining_rx) = watch::channel(false);
+    service.draining = draining_rx;
+    let shutdown = async move {
+        shutdown.await;
+        let _ = draining.send(true);
+    };
     let svc = v1::mesh_server::MeshServer::new(service)
         .max_decoding_message_size(config.max_message_bytes)
         .max_encoding_message_size(config.max_message_bytes);

@@ -1,0 +1,304 @@
+//! Calls on the mesh's call stream (`DeliverStream`, one per peer pair) over real loopback TCP:
+//! answers find their callers, large calls go unary, a draining host answers what it has and
+//! refuses the rest as never run, and a broken stream is replaced.
+
+#[path = "support/mesh_server.rs"]
+mod mesh_server;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use mesh_server::{CLIENT_ID, MeshServer};
+use sigx_proto::ActorError;
+use sigx_proto::v1::DeliverRequest;
+use sigx_sidecar::clock::system;
+use sigx_sidecar::mesh::client::STREAM_PAYLOAD_MAX;
+use sigx_sidecar::mesh::{
+    BoxedIo, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient, MeshClientConfig,
+    MeshServerConfig, TcpConnector,
+};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+const SECRET: &str = "correct horse battery staple";
+
+/// Echoes after `delay_ms` (from the payload's method name), counting calls that started.
+#[derive(Default)]
+struct Handler {
+    started: AtomicUsize,
+    entered: Notify,
+}
+
+#[async_trait]
+impl DeliverHandler for Handler {
+    async fn deliver(
+        &self,
+        _peer: &str,
+        req: DeliverRequest,
+        _deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.entered.notify_one();
+        match req.method.as_str() {
+            "echo" => Ok(req.payload),
+            "slow" => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(req.payload)
+            }
+            "hang" => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(Bytes::new())
+            }
+            other => Err(ActorError::invalid(format!("no method {other}"))),
+        }
+    }
+}
+
+fn secret() -> MeshAuth {
+    MeshAuth::from_config(Some(SECRET), false).unwrap()
+}
+
+/// Dials over TCP, counting dials.
+#[derive(Default)]
+struct CountingTcp {
+    dials: AtomicUsize,
+}
+
+#[async_trait]
+impl Connector for CountingTcp {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        self.dials.fetch_add(1, Ordering::SeqCst);
+        TcpConnector.connect(addr).await
+    }
+}
+
+fn client(connector: Arc<dyn Connector>) -> Arc<MeshClient> {
+    Arc::new(MeshClient::new(
+        CLIENT_ID,
+        secret(),
+        system(),
+        connector,
+        MeshClientConfig::default(),
+    ))
+}
+
+fn call(method: &str, payload: impl Into<Bytes>) -> DeliverRequest {
+    DeliverRequest {
+        actor: Some(sigx_proto::v1::ActorRef {
+            actor_type: "Echo".into(),
+            key: "k".into(),
+        }),
+        method: method.into(),
+        payload: payload.into(),
+        timeout_ms: 0,
+        targeted: false,
+    }
+}
+
+async fn server() -> MeshServer<Handler> {
+    MeshServer::tcp(secret(), Handler::default(), MeshServerConfig::default()).await
+}
+
+async fn deliver(
+    c: &MeshClient,
+    s: &MeshServer<Handler>,
+    req: DeliverRequest,
+    within: Duration,
+) -> Result<Bytes, MeshCallError> {
+    c.deliver(s.peer(), req, Instant::now() + within).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_one_stream_and_each_gets_its_own_answer() {
+    let s = server().await;
+    let net = Arc::new(CountingTcp::default());
+    let c = client(net.clone());
+    let calls: Vec<_> = (0..200)
+        .map(|i| {
+            let (c, peer) = (c.clone(), s.addr.clone());
+            tokio::spawn(async move {
+                let method = if i % 3 == 0 { "slow" } else { "echo" };
+                let r = c
+                    .deliver(
+                        sigx_sidecar::mesh::PeerAddr {
+                            id: mesh_server::SERVER_ID,
+                            advertise: &peer,
+                        },
+                        call(method, format!("payload {i}")),
+                        Instant::now() + Duration::from_secs(10),
+                    )
+                    .await;
+                (i, r)
+            })
+        })
+        .collect();
+    for task in calls {
+        let (i, r) = task.await.unwrap();
+        assert_eq!(
+            r.unwrap(),
+            format!("payload {i}"),
+            "call {i} got another's answer"
+        );
+    }
+    assert_eq!(net.dials.load(Ordering::SeqCst), 1, "one connection");
+    assert_eq!(c.call_streams_opened(), 1, "one call stream for 200 calls");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn calls_with_large_payloads_go_unary_and_small_ones_on_the_stream() {
+    let s = server().await;
+    let c = client(Arc::new(TcpConnector));
+    let large = Bytes::from(vec![7u8; STREAM_PAYLOAD_MAX + 1]);
+    let r = deliver(&c, &s, call("echo", large.clone()), Duration::from_secs(5)).await;
+    assert_eq!(r.unwrap(), large);
+    assert_eq!(c.call_streams_opened(), 0, "a large call opens no stream");
+    let r = deliver(&c, &s, call("echo", "small"), Duration::from_secs(5)).await;
+    assert_eq!(r.unwrap(), "small");
+    assert_eq!(c.call_streams_opened(), 1);
+    s.stop().await;
+}
+
+/// A host shutting down gracefully answers the calls it is running, and a call made after
+/// its closing notice is refused as never run (retryable elsewhere), never outcome-unknown.
+/// The server then stops promptly although the caller's stream was long-lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_host_answers_what_it_runs_and_refuses_the_rest_as_never_run() {
+    let s = server().await;
+    let c = client(Arc::new(TcpConnector));
+    // Open the stream first, then start calls that are running when the drain begins.
+    assert_eq!(
+        deliver(&c, &s, call("echo", "warm"), Duration::from_secs(5))
+            .await
+            .unwrap(),
+        "warm"
+    );
+    let running: Vec<_> = (0..5)
+        .map(|i| {
+            let (c, peer) = (c.clone(), s.addr.clone());
+            tokio::spawn(async move {
+                c.deliver(
+                    sigx_sidecar::mesh::PeerAddr {
+                        id: mesh_server::SERVER_ID,
+                        advertise: &peer,
+                    },
+                    call("slow", format!("running {i}")),
+                    Instant::now() + Duration::from_secs(10),
+                )
+                .await
+            })
+        })
+        .collect();
+    while s.handler.started.load(Ordering::SeqCst) < 6 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let addr = s.addr.clone();
+    let handler_calls = s.handler.started.load(Ordering::SeqCst);
+    let stopping = tokio::spawn(s.stop());
+    // Calls keep coming while the host drains: none may be lost or left unknown.
+    let mut refused = 0;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let r = c
+            .deliver(
+                sigx_sidecar::mesh::PeerAddr {
+                    id: mesh_server::SERVER_ID,
+                    advertise: &addr,
+                },
+                call("echo", "late"),
+                Instant::now() + Duration::from_secs(2),
+            )
+            .await;
+        match r {
+            Ok(b) => assert_eq!(b, "late"),
+            Err(e) => {
+                assert!(
+                    e.never_ran(),
+                    "a call during the drain must be never-ran: {e:?}"
+                );
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the draining host refused nothing");
+    for (i, task) in running.into_iter().enumerate() {
+        assert_eq!(
+            task.await.unwrap().unwrap(),
+            format!("running {i}"),
+            "a call running when the drain began is answered"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the server stops although a call stream was open")
+        .unwrap();
+    assert!(handler_calls >= 6);
+}
+
+/// Cuts its connections on demand (like a peer whose machine vanished mid-call).
+#[derive(Default)]
+struct Cuttable {
+    cut: Arc<Notify>,
+    dials: AtomicUsize,
+}
+
+#[async_trait]
+impl Connector for Cuttable {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        self.dials.fetch_add(1, Ordering::SeqCst);
+        let io = TcpConnector.connect(addr).await?;
+        let (mut a, b) = tokio::io::duplex(64 * 1024);
+        let cut = self.cut.clone();
+        tokio::spawn(async move {
+            let mut io = io;
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut io, &mut a) => {}
+                _ = cut.notified() => {}
+            }
+        });
+        Ok(Box::new(b))
+    }
+}
+
+/// A call in flight when the stream's connection dies is outcome-unknown (it may have run);
+/// the next call opens a new connection and a new stream and works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_stream_ends_its_calls_as_outcome_unknown_and_is_replaced() {
+    let s = server().await;
+    let net = Arc::new(Cuttable::default());
+    let c = client(net.clone());
+    let peer = s.addr.clone();
+    let in_flight = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.deliver(
+                sigx_sidecar::mesh::PeerAddr {
+                    id: mesh_server::SERVER_ID,
+                    advertise: &peer,
+                },
+                call("hang", "x"),
+                Instant::now() + Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(5), s.handler.entered.notified())
+        .await
+        .expect("the call reached the handler");
+    net.cut.notify_one();
+    let r = tokio::time::timeout(Duration::from_secs(5), in_flight)
+        .await
+        .expect("the call ends when its stream breaks, not at its deadline")
+        .unwrap();
+    assert!(
+        matches!(r, Err(MeshCallError::OutcomeUnknown { .. })),
+        "{r:?}"
+    );
+    let r = deliver(&c, &s, call("echo", "again"), Duration::from_secs(5)).await;
+    assert_eq!(r.unwrap(), "again");
+    assert_eq!(net.dials.load(Ordering::SeqCst), 2);
+    assert_eq!(c.call_streams_opened(), 2);
+    s.stop().await;
+}
