@@ -302,3 +302,89 @@ async fn a_broken_stream_ends_its_calls_as_outcome_unknown_and_is_replaced() {
     assert_eq!(c.call_streams_opened(), 2);
     s.stop().await;
 }
+
+/// A peer of an older version: it serves `Deliver` but not `DeliverStream`.
+struct OlderPeer {
+    delivered: AtomicUsize,
+}
+
+#[tonic::async_trait]
+impl sigx_proto::v1::mesh_server::Mesh for OlderPeer {
+    async fn deliver(
+        &self,
+        request: tonic::Request<DeliverRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::DeliverResponse>, tonic::Status> {
+        self.delivered.fetch_add(1, Ordering::SeqCst);
+        Ok(tonic::Response::new(sigx_proto::v1::DeliverResponse {
+            outcome: Some(sigx_proto::v1::deliver_response::Outcome::Ok(
+                request.into_inner().payload,
+            )),
+        }))
+    }
+    type DeliverStreamStream =
+        futures::stream::Empty<Result<sigx_proto::v1::DeliverAnswer, tonic::Status>>;
+    async fn deliver_stream(
+        &self,
+        _request: tonic::Request<tonic::Streaming<sigx_proto::v1::DeliverFrame>>,
+    ) -> Result<tonic::Response<Self::DeliverStreamStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not in this version"))
+    }
+    async fn lookup(
+        &self,
+        _r: tonic::Request<sigx_proto::v1::LookupRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::LookupResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("test peer"))
+    }
+    async fn register(
+        &self,
+        _r: tonic::Request<sigx_proto::v1::RegisterRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::RegisterResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("test peer"))
+    }
+    async fn unregister(
+        &self,
+        _r: tonic::Request<sigx_proto::v1::UnregisterRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::UnregisterResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("test peer"))
+    }
+    async fn collect(
+        &self,
+        _r: tonic::Request<sigx_proto::v1::CollectRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::CollectResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("test peer"))
+    }
+}
+
+/// During a rolling upgrade a new host calls an old one: the stream is refused as
+/// UNIMPLEMENTED once, and every call (that one included) goes by `Deliver` instead.
+#[tokio::test]
+async fn a_peer_without_call_streams_is_called_by_deliver() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let peer = Arc::new(OlderPeer {
+        delivered: AtomicUsize::new(0),
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(sigx_proto::v1::mesh_server::MeshServer::from_arc(
+                peer.clone(),
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let c = client(Arc::new(TcpConnector));
+    for i in 0..3 {
+        let r = c
+            .deliver(
+                sigx_sidecar::mesh::PeerAddr {
+                    id: "older",
+                    advertise: &addr,
+                },
+                call("echo", format!("call {i}")),
+                Instant::now() + Duration::from_secs(5),
+            )
+            .await;
+        assert_eq!(r.unwrap(), format!("call {i}"));
+    }
+    assert_eq!(peer.delivered.load(Ordering::SeqCst), 3);
+    assert_eq!(c.call_streams_opened(), 0);
+}
