@@ -501,3 +501,43 @@ async fn an_app_registering_with_a_frozen_sidecar_can_still_stop() {
         .expect("a stop is heard while the registration hangs")
         .unwrap();
 }
+
+/// The runtime threads of process `pid` (tokio names them `tokio-rt-worker`).
+fn runtime_workers(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim() == "tokio-rt-worker")
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// `--worker-threads` sizes the sidecar's runtime (a small pod's sidecar may want one thread),
+/// and a sidecar on one thread serves calls as any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sidecar_runs_on_the_runtime_threads_it_is_given() {
+    for threads in [1usize, 3] {
+        let scratch = Scratch::new(&format!("threads-{threads}"));
+        let socket = scratch.path("sidecar.sock");
+        let n = threads.to_string();
+        let sidecar = Sidecar::start(&scratch, &socket, &["--worker-threads", &n]);
+        let client = Client::lazy(&socket).with_timeout(Duration::from_secs(5));
+        let serving = app(Arc::new(AtomicUsize::new(0))).spawn(&client);
+        tokio::time::timeout(Duration::from_secs(5), serving.registered(1))
+            .await
+            .expect("registered within 5s")
+            .expect("registered");
+        let total: i64 = client
+            .call_json("Counter", "a", "increment", &2)
+            .await
+            .unwrap();
+        assert_eq!(total, 2, "calls work on {threads} thread(s)");
+        assert_eq!(runtime_workers(sidecar.proc.child.id()), threads);
+        serving.shutdown().await.unwrap();
+    }
+}

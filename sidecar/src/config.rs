@@ -166,6 +166,13 @@ pub struct Args {
     /// The worker types this host's role declares, comma-separated (see `--actors`).
     #[arg(long, env = "SIGX_WORKERS")]
     pub workers: Option<String>,
+
+    /// Threads of the sidecar's async runtime (default: one per CPU the process may use, cgroup
+    /// quota included). Every call hands work between tasks, and on few cores a hand-off to
+    /// another thread costs more than the work: a sidecar in a pod with a CPU limit of one core
+    /// or less is usually best served by 1.
+    #[arg(long, env = "SIGX_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
 }
 
 /// A configuration value that is wrong, named.
@@ -234,6 +241,8 @@ pub struct Config {
     pub declared_types: Option<(Vec<String>, Vec<String>)>,
     /// Mutual TLS for the mesh, when configured.
     pub mtls: Option<crate::mesh::MeshTlsConfig>,
+    /// Threads of the async runtime; `None`: one per available CPU.
+    pub worker_threads: Option<usize>,
 }
 
 /// The cluster secret. Never printed: `Debug` shows its length only.
@@ -292,6 +301,9 @@ fn parse_addr(name: &'static str, value: &str) -> Result<SocketAddr, ConfigError
         })
 }
 
+/// The most runtime threads `SIGX_WORKER_THREADS` accepts (a sidecar is one host's proxy).
+const MAX_WORKER_THREADS: usize = 64;
+
 fn positive(name: &'static str, value: u64, what: &'static str) -> Result<u64, ConfigError> {
     if value == 0 {
         return Err(ConfigError::Invalid {
@@ -340,6 +352,16 @@ impl Args {
                 value: max_payload.to_string(),
                 what: "payload limit",
                 reason: "at most 64 MiB".into(),
+            });
+        }
+        if let Some(n) = self.worker_threads
+            && !(1..=MAX_WORKER_THREADS).contains(&n)
+        {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_WORKER_THREADS",
+                value: n.to_string(),
+                what: "number of runtime threads",
+                reason: format!("must be between 1 and {MAX_WORKER_THREADS}"),
             });
         }
         if self.socket.as_os_str().is_empty() {
@@ -492,6 +514,7 @@ impl Args {
             slow_turn: Duration::from_millis(self.slow_turn_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             exit_on_fence: self.exit_on_fence,
+            worker_threads: self.worker_threads,
         })
     }
 }
@@ -529,6 +552,26 @@ mod tests {
         );
         let err = args(&["--beat-ms", "0"]).validate().unwrap_err();
         assert!(err.to_string().contains("SIGX_BEAT_MS"), "{err}");
+    }
+
+    #[test]
+    fn worker_threads_are_bounded_and_named() {
+        assert_eq!(args(&[]).validate().unwrap().worker_threads, None);
+        assert_eq!(
+            args(&["--worker-threads", "1"])
+                .validate()
+                .unwrap()
+                .worker_threads,
+            Some(1)
+        );
+        for bad in ["0", "65"] {
+            let err = args(&["--worker-threads", bad]).validate().unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("SIGX_WORKER_THREADS={bad:?}")),
+                "{err}"
+            );
+        }
     }
 
     #[test]

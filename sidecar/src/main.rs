@@ -23,10 +23,11 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .init();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cfg.worker_threads {
+        rt.worker_threads(n);
+    }
+    let rt = rt.enable_all().build().expect("tokio runtime");
     let code = rt.block_on(async move {
         let host = match Host::start(cfg).await {
             Ok(h) => h,
