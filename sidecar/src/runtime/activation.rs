@@ -288,7 +288,11 @@ impl Drop for RunningTurn {
             method: std::mem::take(&mut self.method),
             slow_at: self.slow_at,
         };
-        tokio::spawn(async move {
+        // Outside a runtime (the process is going down) there is nothing left to wait for.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
             let outcome = tokio::select! {
                 biased;
                 outcome = &mut turn => outcome,
