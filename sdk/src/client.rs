@@ -24,16 +24,27 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
 
 /// Reads a failed RPC to the local sidecar. A status with a sigx error detail is decoded as is.
-/// A transport failure that proves the request never left this process is `unreachable` (the
-/// call did not run): the socket could not be dialed (no such file, nobody listening, the dial
-/// timed out), or the connection closed before the request was written (hyper's
-/// `is_canceled`). Any other failure of the connection is `outcome-unknown`: the request may
-/// have reached the sidecar. (tonic's own reading of those would not do: it calls a cancelled
-/// request, or a stream the sidecar reset with `CANCEL`, `Cancelled`, which reads as
-/// `timeout`.) Anything else without a detail goes through [`ActorError::from_status`].
+/// A transport failure that proves the call did not run is `unreachable`: the socket could not
+/// be dialed (no such file, nobody listening, the dial timed out), the connection closed before
+/// the request was written (hyper's `is_canceled`), or the sidecar refused the stream before
+/// processing it ([`refused_by_sidecar`]). Any other failure of the connection is
+/// `outcome-unknown`: the request may have reached the sidecar and run. (tonic's own reading of
+/// those would not do: it calls a cancelled request, or a stream the sidecar reset with
+/// `CANCEL`, `Cancelled`, which reads as `timeout`.) Anything else without a detail goes through
+/// [`ActorError::from_status`].
 fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
     use std::error::Error as _;
     if status.details().is_empty() {
+        // Looked for first: hyper reports a refused stream as a failure of the connection, the
+        // h2 error under it says which.
+        let mut causes = std::iter::successors(status.source(), |&e| e.source());
+        if let Some(refusal) = causes.find_map(refused_by_sidecar) {
+            return ActorError::unreachable(format!(
+                "the sidecar at {} refused the call before running it ({refusal}); it may be \
+                 shutting down. The call did not run: retrying it is safe",
+                socket.display()
+            ));
+        }
         let mut cause: Option<&(dyn std::error::Error + 'static)> = status.source();
         while let Some(e) = cause {
             if let Some(dial) = e.downcast_ref::<DialError>() {
@@ -69,6 +80,16 @@ fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
         }
     }
     ActorError::from_status(status)
+}
+
+/// HTTP/2's own proofs that the sidecar did not process a stream (RFC 9113 §8.7): it reset the
+/// stream with `REFUSED_STREAM`, or its GOAWAY named a last stream below this one (h2 fails
+/// exactly those streams with the GOAWAY's error). A draining sidecar, or one at its stream
+/// limit, answers new calls this way. The sidecar's mesh client reads its peers the same way.
+fn refused_by_sidecar<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a h2::Error> {
+    e.downcast_ref::<h2::Error>().filter(|h2| {
+        h2.is_remote() && (h2.is_go_away() || h2.reason() == Some(h2::Reason::REFUSED_STREAM))
+    })
 }
 
 /// A handle on the local sidecar's app API: call actors and workers, list members, read status.

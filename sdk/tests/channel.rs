@@ -435,3 +435,136 @@ fn a_client_outlives_the_runtime_that_dialed() {
     drop(sidecar);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A bare HTTP/2 server on `socket` that hands every accepted connection to `answer`: what a
+/// sidecar that refuses calls (draining, at its stream limit) looks like on the wire.
+fn refusing_sidecar<F, Fut>(socket: &Path, answer: F) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(tokio::net::UnixStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(answer(stream));
+        }
+    })
+}
+
+/// RST_STREAM(REFUSED_STREAM) proves the sidecar did not process the stream (RFC 9113 §8.7):
+/// the call did not run, so it reads as `unreachable` (safe to retry), not `outcome-unknown`.
+#[tokio::test]
+async fn a_stream_the_sidecar_refused_is_unreachable() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("refused");
+        let socket = dir.join("s.sock");
+        let server = refusing_sidecar(&socket, |stream| async move {
+            let Ok(mut conn) = h2::server::handshake(stream).await else {
+                return;
+            };
+            while let Some(Ok((_request, mut respond))) = conn.accept().await {
+                respond.send_reset(h2::Reason::REFUSED_STREAM);
+            }
+        });
+        let client = Client::lazy(&socket);
+        // Twice: the refusal leaves the connection up, and the next call is refused on it too.
+        for _ in 0..2 {
+            let e = client.call("Counter", "a", "get", "x").await.unwrap_err();
+            assert_eq!(
+                e.kind,
+                ErrorKind::Unreachable,
+                "a refused call never ran: {e}"
+            );
+            assert!(e.message.contains(socket.to_str().unwrap()), "{e}");
+            assert!(
+                e.message.contains("refused the call before running it"),
+                "{e}"
+            );
+        }
+        server.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
+
+/// Reads the client's side of a new connection until its first HEADERS frame (a request) has
+/// arrived, and returns every byte read: the preface and the frames up to that one's header.
+async fn read_through_first_headers(stream: &mut tokio::net::UnixStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    const PREFACE_LEN: usize = 24;
+    const FRAME_HEADER_LEN: usize = 9;
+    const HEADERS: u8 = 0x1;
+    let mut read = Vec::new();
+    let mut frame = PREFACE_LEN;
+    loop {
+        // A frame header: a 24-bit payload length, the type, flags and the stream id.
+        while read.len() >= frame + FRAME_HEADER_LEN {
+            if read[frame + 3] == HEADERS {
+                return read;
+            }
+            let len = u32::from_be_bytes([0, read[frame], read[frame + 1], read[frame + 2]]);
+            frame += FRAME_HEADER_LEN + len as usize;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "the client closed the connection before sending a request"
+        );
+        read.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// A GOAWAY whose last-stream-id (0) is below the call's stream, sent after the call's HEADERS
+/// left the client: h2 fails exactly the streams the sidecar says it never processed, so the
+/// call reads as `unreachable` too. (A GOAWAY that arrives before the request is written is
+/// hyper's cancelled request, covered by the redial test.)
+#[tokio::test]
+async fn a_stream_past_the_sidecars_goaway_is_unreachable() {
+    tokio::time::timeout(TEST_BOUND, async {
+        let dir = scratch("goaway");
+        let socket = dir.join("s.sock");
+        let server = refusing_sidecar(&socket, |mut stream| async move {
+            use tokio::io::AsyncReadExt;
+            // The request is on the wire before the server says anything: the client has
+            // certainly sent it when the GOAWAY arrives.
+            let seen = read_through_first_headers(&mut stream).await;
+            let (reader, writer) = stream.into_split();
+            let mut io = tokio::io::join(std::io::Cursor::new(seen).chain(reader), writer);
+            {
+                let Ok(mut conn) = h2::server::handshake(&mut io).await else {
+                    return;
+                };
+                // No frame after the preface has been read yet: the GOAWAY names last stream
+                // 0, and h2 ignores the HEADERS above it.
+                conn.abrupt_shutdown(h2::Reason::NO_ERROR);
+                // Drives the connection until it closes: it sends the GOAWAY, then shuts down.
+                let accepted = conn.accept().await;
+                assert!(
+                    !matches!(accepted, Some(Ok(_))),
+                    "no stream is accepted past GOAWAY(0)"
+                );
+            }
+            // h2 shut down only the write half. Keep the socket open until the client closes
+            // it, so the client reads the GOAWAY rather than a write failing on a closed socket.
+            let _ = tokio::io::copy(&mut io, &mut tokio::io::sink()).await;
+        });
+        let client = Client::lazy(&socket);
+        let e = client.call("Counter", "a", "get", "x").await.unwrap_err();
+        assert_eq!(
+            e.kind,
+            ErrorKind::Unreachable,
+            "a call past GOAWAY never ran: {e}"
+        );
+        assert!(e.message.contains(socket.to_str().unwrap()), "{e}");
+        assert!(
+            e.message.contains("refused the call before running it"),
+            "{e}"
+        );
+        server.abort();
+        std::fs::remove_dir_all(&dir).unwrap();
+    })
+    .await
+    .expect("bounded");
+}
