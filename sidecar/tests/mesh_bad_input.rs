@@ -6,13 +6,13 @@ mod mesh_server;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use mesh_server::{CLIENT_ID, MeshServer, SERVER_ID};
+use mesh_server::{CLIENT_ID, Cuttable, MeshServer, SERVER_ID};
 use sigx_proto::v1::DeliverRequest;
 use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::{ManualClock, SharedClock, system};
 use sigx_sidecar::mesh::{
-    AcceptLimits, BoxedIo, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient,
-    MeshClientConfig, MeshServerConfig, PeerAddr, TcpConnector,
+    AcceptLimits, Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient, MeshClientConfig,
+    MeshServerConfig, PeerAddr, TcpConnector,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -258,27 +258,6 @@ async fn a_refused_dial_is_unreachable_and_never_ran() {
     }
 }
 
-/// Dials through an in-process relay the test can cut, to kill a connection mid-call.
-struct Cuttable {
-    cut: Arc<Notify>,
-}
-
-#[async_trait]
-impl Connector for Cuttable {
-    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
-        let mut upstream = tokio::net::TcpStream::connect(addr).await?;
-        let (mine, mut theirs) = tokio::io::duplex(64 * 1024);
-        let cut = self.cut.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut theirs, &mut upstream) => {}
-                _ = cut.notified() => {}
-            }
-        });
-        Ok(Box::new(mine))
-    }
-}
-
 #[tokio::test]
 async fn a_connection_dying_in_flight_is_outcome_unknown() {
     let s = start_server().await;
@@ -287,7 +266,10 @@ async fn a_connection_dying_in_flight_is_outcome_unknown() {
         "client",
         secret(),
         system(),
-        Arc::new(Cuttable { cut: cut.clone() }),
+        Arc::new(Cuttable {
+            cut: cut.clone(),
+            ..Default::default()
+        }),
     ));
     let addr = s.addr.clone();
     let call_task = {

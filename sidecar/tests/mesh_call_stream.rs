@@ -7,7 +7,7 @@ mod mesh_server;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use mesh_server::{CLIENT_ID, MeshServer};
+use mesh_server::{CLIENT_ID, Cuttable, MeshServer};
 use sigx_proto::ActorError;
 use sigx_proto::v1::DeliverRequest;
 use sigx_sidecar::clock::system;
@@ -235,31 +235,6 @@ async fn a_draining_host_answers_what_it_runs_and_refuses_the_rest_as_never_run(
         .expect("the server stops although a call stream was open")
         .unwrap();
     assert!(handler_calls >= 6);
-}
-
-/// Cuts its connections on demand (like a peer whose machine vanished mid-call).
-#[derive(Default)]
-struct Cuttable {
-    cut: Arc<Notify>,
-    dials: AtomicUsize,
-}
-
-#[async_trait]
-impl Connector for Cuttable {
-    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
-        self.dials.fetch_add(1, Ordering::SeqCst);
-        let io = TcpConnector.connect(addr).await?;
-        let (mut a, b) = tokio::io::duplex(64 * 1024);
-        let cut = self.cut.clone();
-        tokio::spawn(async move {
-            let mut io = io;
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut io, &mut a) => {}
-                _ = cut.notified() => {}
-            }
-        });
-        Ok(Box::new(b))
-    }
 }
 
 /// A call in flight when the stream's connection dies is outcome-unknown (it may have run);

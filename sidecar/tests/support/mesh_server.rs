@@ -17,8 +17,9 @@ use sigx_sidecar::mesh::{
     MeshService, PeerAddr, TcpConnector, TcpMeshListener, Verifier, serve,
 };
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 
 /// The peer id the server has in the view (and in [`MeshServer::peer`]).
@@ -124,4 +125,30 @@ pub async fn tcp_listener() -> (TcpMeshListener, String) {
         .unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     (listener, addr)
+}
+
+/// Dials TCP through an in-process relay the test can cut (`cut.notify_one()`), to kill a
+/// connection mid-call as a peer whose machine vanished would; counts its dials.
+#[derive(Default)]
+pub struct Cuttable {
+    pub cut: Arc<Notify>,
+    pub dials: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl sigx_sidecar::mesh::Connector for Cuttable {
+    async fn connect(&self, addr: &str) -> std::io::Result<sigx_sidecar::mesh::BoxedIo> {
+        self.dials.fetch_add(1, Ordering::SeqCst);
+        let mut upstream = tokio::net::TcpStream::connect(addr).await?;
+        upstream.set_nodelay(true)?;
+        let (mine, mut theirs) = tokio::io::duplex(64 * 1024);
+        let cut = self.cut.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut theirs, &mut upstream) => {}
+                _ = cut.notified() => {}
+            }
+        });
+        Ok(Box::new(mine))
+    }
 }
