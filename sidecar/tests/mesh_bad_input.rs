@@ -6,7 +6,7 @@ mod mesh_server;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use mesh_server::{CLIENT_ID, Cuttable, MeshServer, SERVER_ID};
+use mesh_server::{CLIENT_ID, Cuttable, MeshServer, SERVER_ID, call};
 use sigx_proto::v1::DeliverRequest;
 use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::{ManualClock, SharedClock, system};
@@ -94,19 +94,6 @@ fn client(auth: MeshAuth) -> MeshClient {
 
 fn secret() -> MeshAuth {
     MeshAuth::from_config(Some(SECRET), false).unwrap()
-}
-
-fn call(method: &str, payload: impl Into<Bytes>) -> DeliverRequest {
-    DeliverRequest {
-        actor: Some(sigx_proto::v1::ActorRef {
-            actor_type: "Echo".into(),
-            key: "k".into(),
-        }),
-        method: method.into(),
-        payload: payload.into(),
-        timeout_ms: 0,
-        targeted: false,
-    }
 }
 
 async fn deliver(c: &MeshClient, s: &Server, req: DeliverRequest) -> Result<Bytes, MeshCallError> {

@@ -8,7 +8,7 @@ mod mesh_server;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use mesh_server::{CLIENT_ID, MeshServer};
+use mesh_server::{CLIENT_ID, MeshServer, call};
 use sigx_proto::ActorError;
 use sigx_proto::v1::DeliverRequest;
 use sigx_sidecar::clock::system;
@@ -83,19 +83,6 @@ fn client(connector: Arc<dyn Connector>) -> Arc<MeshClient> {
         connector,
         MeshClientConfig::default(),
     ))
-}
-
-fn call(method: &str, payload: impl Into<Bytes>) -> DeliverRequest {
-    DeliverRequest {
-        actor: Some(sigx_proto::v1::ActorRef {
-            actor_type: "Echo".into(),
-            key: "k".into(),
-        }),
-        method: method.into(),
-        payload: payload.into(),
-        timeout_ms: 0,
-        targeted: false,
-    }
 }
 
 async fn server() -> MeshServer<Handler> {

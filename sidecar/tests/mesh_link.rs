@@ -17,7 +17,7 @@ mod mesh_server;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use mesh_server::{CLIENT_ID, MeshServer, tcp_listener};
+use mesh_server::{CLIENT_ID, MeshServer, call, tcp_listener};
 use sigx_proto::v1::DeliverRequest;
 use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::system;
@@ -191,19 +191,6 @@ fn config(connect_timeout: Duration) -> MeshClientConfig {
     }
 }
 
-fn call(method: &str) -> DeliverRequest {
-    DeliverRequest {
-        actor: Some(sigx_proto::v1::ActorRef {
-            actor_type: "Echo".into(),
-            key: "k".into(),
-        }),
-        method: method.into(),
-        payload: Bytes::from_static(b"payload"),
-        timeout_ms: 0,
-        targeted: false,
-    }
-}
-
 /// Starts a call to `id` at `addr` on its own task; the answer comes with the instant it came.
 fn spawn_call(
     c: &Arc<MeshClient>,
@@ -212,7 +199,12 @@ fn spawn_call(
     method: &str,
     deadline: Instant,
 ) -> JoinHandle<(Result<Bytes, MeshCallError>, Instant)> {
-    let (c, id, addr, req) = (c.clone(), id.to_owned(), addr.to_owned(), call(method));
+    let (c, id, addr, req) = (
+        c.clone(),
+        id.to_owned(),
+        addr.to_owned(),
+        call(method, &b"payload"[..]),
+    );
     tokio::spawn(async move {
         let r = c
             .deliver(
@@ -240,7 +232,7 @@ async fn deliver(
             id,
             advertise: addr,
         },
-        call(method),
+        call(method, &b"payload"[..]),
         deadline,
     )
     .await
@@ -543,7 +535,7 @@ async fn forget_ends_a_call_in_flight_as_outcome_unknown() {
     let r = c
         .deliver(
             s.peer(),
-            call("echo"),
+            call("echo", &b"payload"[..]),
             Instant::now() + Duration::from_secs(5),
         )
         .await;

@@ -152,3 +152,17 @@ impl sigx_sidecar::mesh::Connector for Cuttable {
         Ok(Box::new(mine))
     }
 }
+
+/// A call to `Echo/k`'s `method` carrying `payload`, as the mesh tests send it.
+pub fn call(method: &str, payload: impl Into<bytes::Bytes>) -> sigx_proto::v1::DeliverRequest {
+    sigx_proto::v1::DeliverRequest {
+        actor: Some(sigx_proto::v1::ActorRef {
+            actor_type: "Echo".into(),
+            key: "k".into(),
+        }),
+        method: method.into(),
+        payload: payload.into(),
+        timeout_ms: 0,
+        targeted: false,
+    }
+}
