@@ -546,10 +546,10 @@ impl MeshClient {
     /// outcome, and a caller giving up (its deadline, an abandoned directory round) does not
     /// abort a dial the next caller will want.
     async fn sender(&self, link: &Arc<PeerLink>) -> Result<SendRequest<tonic::body::Body>, String> {
-        let mut rx = link.state.subscribe();
         if let Some(sender) = link.live_sender() {
             return Ok(sender);
         }
+        let mut rx = link.state.subscribe();
         let dials_before = {
             let s = rx.borrow_and_update();
             // Calls queued behind a dial that failed end as unreachable; the backoff
