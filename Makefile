@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
+.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
 
 all: build
 
@@ -45,6 +45,13 @@ lint:
 	bash scripts/install-tools.sh rust
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## images: the sidecar (with the CLI), operator and counter-app images as OCI archives in
+## target/images/ (no container engine needed; `docker load -i` / `skopeo copy oci-archive:` take
+## them). TAG defaults to the workspace version; SIGX_IMAGE_REPO to ghcr.io/sigx.
+images:
+	$(CARGO) build --release --bins
+	bash scripts/build-images.sh $(RELEASE_BIN) $(TARGET_DIR)/images $(TAG)
 
 ## crds: regenerate the checked-in CRD YAML.
 crds:
