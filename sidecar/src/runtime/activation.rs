@@ -10,7 +10,7 @@
 
 use super::registry::ActorType;
 use super::session::{AppSession, TurnKind, TurnOutcome};
-use super::{ActorId, InFlight, Runtime};
+use super::{ActorId, InFlight, Lifecycle, Runtime};
 use bytes::Bytes;
 use sigx_proto::{ActorError, ErrorKind, v1};
 use std::pin::Pin;
@@ -90,7 +90,9 @@ impl Activation {
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
+        let lifecycle = Lifecycle::new(&rt);
         tokio::spawn(async move {
+            let _lifecycle = lifecycle;
             let span = tracing::info_span!("activation", actor = %actor, activation = %id);
             tracing::Instrument::instrument(run(rt, task_shared, actor, id, ty, stop_rx), span)
                 .await;

@@ -1,0 +1,144 @@
+//! Lifecycle turns and graceful stops keep their claims until the app has answered (DESIGN.md
+//! §8): several hosts in one process (memory membership, the real mesh over loopback TCP, the
+//! real directory and routing loop) with raw-protocol apps whose Activate or Deactivate turns
+//! take longer than the sidecar waits for them.
+
+mod support;
+
+use sigx_proto::v1;
+use sigx_sidecar::host::{Host, HostOptions, StopKind};
+use sigx_sidecar::membership::{HostStatus, MemoryHub};
+use sigx_sidecar::runtime::ActorId;
+use std::collections::HashMap;
+use std::time::Duration;
+use support::*;
+use tokio::time::Instant;
+
+struct Node {
+    host: Host,
+    app: TestApp,
+}
+
+/// A host registering the stateful type `Counter` (idle timeout `idle_ms`, 0 = never), started
+/// with `extra` flags, its app behaving as `behaviour` says.
+async fn node(
+    dir: &std::path::Path,
+    hub: &MemoryHub,
+    id: &str,
+    extra: &[&str],
+    idle_ms: u64,
+    behaviour: HashMap<String, Behaviour>,
+) -> Node {
+    let cfg = cluster_host_config(dir, id, extra);
+    let host = Host::start_with(
+        cfg,
+        HostOptions {
+            provider: Some(hub.provider(id)),
+            ..HostOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let app = TestApp::start(
+        &host.socket,
+        v1::Register {
+            actors: vec![actor_spec("Counter", false, idle_ms)],
+            workers: vec![],
+            app_name: id.into(),
+        },
+        behaviour,
+    )
+    .await
+    .unwrap();
+    wait_ready(host.health_addr, Duration::from_secs(10)).await;
+    Node { host, app }
+}
+
+/// Waits until every host's own view shows every host of `ids` active.
+async fn converged(nodes: &[&Node], ids: &[&str]) {
+    for n in nodes {
+        let m = &n.host.cluster.get().expect("joined").membership;
+        m.wait_for_view(Duration::from_secs(10), |v| {
+            ids.iter()
+                .all(|id| v.get(id).is_some_and(|h| h.status == HostStatus::Active))
+        })
+        .await
+        .expect("views converge");
+    }
+}
+
+/// Waits until `app` has finished a turn of kind `what` on `actor`.
+async fn app_finished(app: &TestApp, actor: &str, what: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while !app
+        .events()
+        .iter()
+        .any(|e| e.actor == actor && e.what == what)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the app never finished a {what} turn on {actor}: {:?}",
+            app.events()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn behaviour(list: &[(&str, Behaviour)]) -> HashMap<String, Behaviour> {
+    list.iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+/// Hole E. Host b stops gracefully, but its app takes 400 ms over the Deactivate turn of X and
+/// b's drain timeout is 100 ms. b must not withdraw its record then: a withdrawal tells a that
+/// b unregistered X, and a would activate X at once while b's app still runs Deactivate. b
+/// fences and lets its record lapse instead; a's call is delayed (b unreachable, then expired or
+/// its late Unregister arrives), never run beside b's app.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_whose_deactivation_overruns_lets_the_record_lapse_instead_of_withdrawing() {
+    let dir = tempdir();
+    let hub = MemoryHub::new();
+    let local = ["--placement", "prefer-local"];
+    let a = node(dir.path(), &hub, "a", &local, 0, HashMap::new()).await;
+    let b = node(
+        dir.path(),
+        &hub,
+        "b",
+        &["--placement", "prefer-local", "--drain-timeout-ms", "100"],
+        0,
+        behaviour(&[(DEACTIVATE, Behaviour::SleepEcho(Duration::from_millis(400)))]),
+    )
+    .await;
+    converged(&[&a, &b], &["a", "b"]).await;
+    let mut cb = client(&b.host.socket).await;
+    call(&mut cb, "Counter", "x", "work", b"1", 5_000)
+        .await
+        .expect("x activates on b");
+    assert!(b.host.runtime.is_active(&ActorId::new("Counter", "x")));
+
+    let b_state = b.host.state.clone();
+    let b_app = b.app;
+    b.host.stop(StopKind::Graceful).await;
+    assert!(
+        b_state.fence_reason().is_some(),
+        "a stop that could not deactivate everything fences instead of leaving"
+    );
+    let a_view = a.host.cluster.get().unwrap().membership.view();
+    assert!(
+        a_view.get("b").is_some(),
+        "b's record is left to lapse, not withdrawn: {a_view:?}"
+    );
+
+    let mut ca = client(&a.host.socket).await;
+    call(&mut ca, "Counter", "x", "work", b"2", 5_000)
+        .await
+        .expect("the call is delayed by the handoff, not failed");
+    app_finished(&b_app, "Counter/x", "deactivate", Duration::from_secs(3)).await;
+    let overlaps = overlapping_activations(&[("a", &a.app), ("b", &b_app)]);
+    assert!(
+        overlaps.is_empty(),
+        "two activations ran at once: {overlaps:?}"
+    );
+    a.host.stop(StopKind::Graceful).await;
+}
