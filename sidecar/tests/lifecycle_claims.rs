@@ -142,3 +142,64 @@ async fn a_stop_whose_deactivation_overruns_lets_the_record_lapse_instead_of_wit
     );
     a.host.stop(StopKind::Graceful).await;
 }
+
+/// Hole F. b's app takes 800 ms over X's Activate turn, b's lifecycle turns time out after
+/// 300 ms. The caller is told `timeout` at 300 ms, but b keeps X's claim until the app has
+/// answered (then deactivates it, since nobody waits for it, and releases). Released at 300 ms,
+/// X could be activated by a while b's app is still in Activate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activate_turn_that_overruns_keeps_its_claim_until_the_app_answers() {
+    let dir = tempdir();
+    let hub = MemoryHub::new();
+    let a = node(
+        dir.path(),
+        &hub,
+        "a",
+        &["--placement", "prefer-local"],
+        0,
+        HashMap::new(),
+    )
+    .await;
+    let b = node(
+        dir.path(),
+        &hub,
+        "b",
+        &["--placement", "prefer-local", "--call-timeout-ms", "300"],
+        0,
+        behaviour(&[(ACTIVATE, Behaviour::SleepEcho(Duration::from_millis(800)))]),
+    )
+    .await;
+    converged(&[&a, &b], &["a", "b"]).await;
+    let mut cb = client(&b.host.socket).await;
+    let e = call(&mut cb, "Counter", "x", "work", b"1", 5_000)
+        .await
+        .expect_err("the activation overran its timeout");
+    assert_eq!(e.kind, sigx_proto::ErrorKind::Timeout, "{e}");
+
+    // While b's app is still in Activate, a asks for X.
+    let mut ca = client(&a.host.socket).await;
+    let _ = call(&mut ca, "Counter", "x", "work", b"2", 2_000).await;
+    app_finished(&b.app, "Counter/x", "activate", Duration::from_secs(3)).await;
+    let overlaps = overlapping_activations(&[("a", &a.app), ("b", &b.app)]);
+    assert!(
+        overlaps.is_empty(),
+        "two activations ran at once: {overlaps:?}"
+    );
+    // The late activation is ended the regular way, and its claim released after that.
+    app_finished(&b.app, "Counter/x", "deactivate", Duration::from_secs(3)).await;
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while b.host.runtime.lifecycles() > 0 {
+        assert!(Instant::now() < deadline, "b's activation never released");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    call(&mut ca, "Counter", "x", "work", b"3", 5_000)
+        .await
+        .expect("once released, x activates again");
+    let overlaps = overlapping_activations(&[("a", &a.app), ("b", &b.app)]);
+    assert!(
+        overlaps.is_empty(),
+        "two activations ran at once: {overlaps:?}"
+    );
+    a.host.stop(StopKind::Graceful).await;
+    b.host.stop(StopKind::Graceful).await;
+}

@@ -308,6 +308,39 @@ impl Drop for RunningTurn {
     }
 }
 
+/// Awaits a lifecycle turn (Activate, Deactivate) until the app answers it. At `deadline` it
+/// counts a timeout, warns and runs `overrun` (which answers the waiting callers), and then keeps
+/// waiting: the activation holds its claim, and counts as a turn in flight, until the app has
+/// answered, exactly like a method turn whose caller gave up. Releasing the claim at the
+/// deadline would let another host (or this one) activate the actor while this app still runs
+/// its lifecycle code. The flag says whether the deadline passed first. An app that goes away
+/// answers every pending turn (`outcome-unknown`), so this never outlives the app.
+async fn lifecycle_turn<F>(
+    rt: &Runtime,
+    actor: &ActorId,
+    what: &str,
+    deadline: Instant,
+    turn: F,
+    overrun: impl FnOnce(),
+) -> (TurnOutcome, bool)
+where
+    F: std::future::Future<Output = TurnOutcome> + Send,
+{
+    let _in_flight = InFlight::new(rt);
+    let mut turn = std::pin::pin!(turn);
+    tokio::select! {
+        biased;
+        outcome = &mut turn => return (outcome, false),
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(actor = %actor, turn = what,
+        "lifecycle turn overran its timeout (SIGX_CALL_TIMEOUT_MS): the activation keeps its \
+         claim until the app answers it");
+    overrun();
+    (turn.await, true)
+}
+
 /// Removes this activation from the table if it is still the one recorded there.
 fn remove_self(rt: &Runtime, actor: &ActorId, activation_id: &Arc<str>) {
     let mut table = rt.inner.activations.lock().expect("activations lock");
@@ -341,35 +374,57 @@ async fn run(
         fail(e);
         return;
     }
-    let activate = async {
-        gate.check_serving()?;
-        let deadline = Instant::now() + lifecycle;
-        let turn = app.start_turn(
-            &actor,
-            &activation_id,
-            TurnKind::Activate,
-            deadline,
-            Instant::now(),
-        );
-        match rt.run_timed(&actor, "<activate>", deadline, turn).await {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(ActorError::new(
-                if e.kind == ErrorKind::App {
-                    ErrorKind::App
-                } else {
-                    e.kind
-                },
-                format!("activation of {actor} failed: {}", e.message),
-            )),
-            None => Err(ActorError::timeout(format!(
-                "activation of {actor} did not finish within {lifecycle:?}"
-            ))),
-        }
-    };
-    if let Err(e) = activate.await {
+    if let Err(e) = gate.check_serving() {
         fail(e);
         gate.release(&actor, &activation_id).await;
         return;
+    }
+    let deadline = Instant::now() + lifecycle;
+    let turn = app.start_turn(
+        &actor,
+        &activation_id,
+        TurnKind::Activate,
+        deadline,
+        Instant::now(),
+    );
+    let overrun = || {
+        fail(ActorError::timeout(format!(
+            "activation of {actor} did not finish within {lifecycle:?}"
+        )))
+    };
+    let (outcome, overran) =
+        lifecycle_turn(&rt, &actor, "<activate>", deadline, turn, overrun).await;
+    match outcome {
+        Ok(_) if !overran => {}
+        Ok(_) => {
+            // The app activated the actor after its callers were told it timed out: it holds
+            // an instance now, so end it the regular way before the claim goes.
+            if gate.check_serving().is_ok() {
+                let deadline = Instant::now() + lifecycle;
+                let turn = app.start_turn(
+                    &actor,
+                    &activation_id,
+                    TurnKind::Deactivate(v1::DeactivateReason::Shutdown),
+                    deadline,
+                    Instant::now(),
+                );
+                let (outcome, _) =
+                    lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+                if let Err(e) = outcome {
+                    tracing::warn!(error = %e, "deactivate turn of a late activation failed");
+                }
+            }
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
+        Err(e) => {
+            fail(ActorError::new(
+                e.kind,
+                format!("activation of {actor} failed: {}", e.message),
+            ));
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
     }
     rt.inner
         .counters
@@ -450,7 +505,8 @@ async fn run(
             deadline,
             Instant::now(),
         );
-        if let Some(Err(e)) = rt.run_timed(&actor, "<deactivate>", deadline, turn).await {
+        let (outcome, _) = lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+        if let Err(e) = outcome {
             tracing::warn!(error = %e, "deactivate turn failed");
         }
     }
