@@ -633,6 +633,90 @@ async fn the_check_catches_a_skipped_term_recheck() {
     );
 }
 
+/// Hole H: Rule 1's re-check under the partition lock also asks "still accepting?". Host a's
+/// Register of X is granted by the owner o, but the grant is held on the wire while a starts
+/// leaving (its own view shows it `leaving`). When the grant arrives, owner and term are
+/// unchanged, yet a must not activate X: it answers `wrong-host` (the call never ran) and
+/// withdraws the unused grant, so o names nobody for X.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_starts_leaving_while_its_register_is_in_flight_aborts_the_claim() {
+    let (a, o) = (0, 1);
+    let (gate_tx, gate_rx) = tokio::sync::watch::channel(true);
+    let c = Cluster::start_custom(
+        2,
+        ProtocolFaults::default(),
+        Duration::from_secs(10),
+        |i, addrs| {
+            if i == a {
+                let c: Arc<dyn Connector> = Arc::new(HoldAnswers {
+                    held: addrs[o].clone(),
+                    open: gate_rx.clone(),
+                });
+                (c, Duration::from_secs(30))
+            } else {
+                (Arc::new(TcpConnector), Duration::from_millis(500))
+            }
+        },
+    )
+    .await;
+    let both = c.all_active(&[a, o]);
+    let v1 = c.view(1, &both);
+    let key = (0..)
+        .map(|i| format!("leaving-{i}"))
+        .find(|k| {
+            v1.owner(partition("Counter", k))
+                .is_some_and(|h| *h.id == *c.hosts[o].id)
+        })
+        .unwrap();
+    let x = ActorId::new("Counter", key.as_str());
+    c.publish(1, &both, &[a, o]);
+    c.until_ready(&[a, o]).await;
+
+    gate_tx.send_replace(false);
+    let claim_a = {
+        let gate = c.hosts[a].gate.clone();
+        let x = x.clone();
+        tokio::spawn(async move { gate.claim(&x, "on-a").await })
+    };
+    let o_dir = c.hosts[o].dir.clone();
+    let lookup_at_o = || {
+        let (o_dir, x) = (o_dir.clone(), x.clone());
+        async move {
+            o_dir
+                .lookup(&x, Instant::now() + Duration::from_secs(1))
+                .await
+                .expect("o answers")
+        }
+    };
+    let granted = async {
+        while !matches!(lookup_at_o().await, Some(ref l) if l.activation_id == "on-a") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), granted)
+        .await
+        .expect("o granted X to a");
+
+    // a starts leaving while the grant is on the wire; then the grant arrives.
+    c.publish(
+        2,
+        &[(a, PeerStatus::Leaving), (o, PeerStatus::Active)],
+        &[a],
+    );
+    gate_tx.send_replace(true);
+    let won = tokio::time::timeout(Duration::from_secs(5), claim_a)
+        .await
+        .expect("a's claim ends")
+        .unwrap();
+    let e = won.expect_err("a leaving host must not activate X");
+    assert_eq!(e.kind, ErrorKind::WrongHost, "{e}");
+    assert_eq!(
+        lookup_at_o().await,
+        None,
+        "the unused grant is withdrawn, so X can be placed elsewhere at once"
+    );
+}
+
 /// Dials that never complete (hosts whose machines vanished), counted.
 #[derive(Default)]
 struct HangingDials {

@@ -293,32 +293,46 @@ impl DirectoryGate {
                 continue;
             };
             if winner.host_id == *inner.me && winner.activation_id == activation_id {
-                // Rule 1's re-check, under the partition lock: same owner, same term.
-                let mut part = inner.part(p);
-                let view_now = inner.views.view();
-                let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
-                let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
-                if let Some(other) = part.live.get(actor)
-                    && **other != *activation_id
-                {
-                    // Another activation of this actor went live here first (the runtime claims
-                    // one activation per actor at a time; this is the backstop).
-                    return Err(ActorError::wrong_host(format!(
-                        "actor {actor} is already active on this host as activation {other}"
-                    ))
-                    .with_owner_hint(inner.me.to_string()));
-                }
-                if same_owner && same_term && inner.views.check_lease().is_ok() {
-                    part.live.insert(actor.clone(), activation_id.into());
-                    tracing::debug!(owner = %owner.id, "claim won");
-                    return Ok(());
-                }
-                drop(part);
-                last = format!(
-                    "grant from {} overtaken (owner moved: {}, term moved: {})",
-                    owner.id, !same_owner, !same_term
-                );
-                continue;
+                // Rule 1's re-check, under the partition lock: same owner, same term, lease
+                // valid, and still accepting. A host that started leaving (or went back to
+                // joining, or fenced) while its Register was in flight takes no new activation:
+                // its drain may already have deactivated everything it held, so an activation
+                // starting now would outlive the drain and the withdrawal.
+                let refused = {
+                    let mut part = inner.part(p);
+                    let view_now = inner.views.view();
+                    let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
+                    let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
+                    if let Some(other) = part.live.get(actor)
+                        && **other != *activation_id
+                    {
+                        // Another activation of this actor went live here first (the runtime
+                        // claims one activation per actor at a time; this is the backstop).
+                        return Err(ActorError::wrong_host(format!(
+                            "actor {actor} is already active on this host as activation {other}"
+                        ))
+                        .with_owner_hint(inner.me.to_string()));
+                    }
+                    if !(same_owner && same_term && inner.views.check_lease().is_ok()) {
+                        last = format!(
+                            "grant from {} overtaken (owner moved: {}, term moved: {})",
+                            owner.id, !same_owner, !same_term
+                        );
+                        continue;
+                    }
+                    match self.check_accepting() {
+                        Ok(()) => {
+                            part.live.insert(actor.clone(), activation_id.into());
+                            tracing::debug!(owner = %owner.id, "claim won");
+                            return Ok(());
+                        }
+                        Err(e) => e,
+                    }
+                };
+                // Withdraw the grant we will not use, so the actor can be placed elsewhere now.
+                let unused = inner.me_entry(actor, activation_id);
+                inner.unregister_until(actor, unused, deadline).await;
+                return Err(refused);
             }
             if winner.host_id == *inner.me {
                 // An entry naming this host under another activation id. If that activation is
