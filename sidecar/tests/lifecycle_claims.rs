@@ -203,3 +203,49 @@ async fn an_activate_turn_that_overruns_keeps_its_claim_until_the_app_answers() 
     a.host.stop(StopKind::Graceful).await;
     b.host.stop(StopKind::Graceful).await;
 }
+
+/// Idle deactivation racing a call: X goes idle on the only host and its app takes 400 ms over
+/// the Deactivate turn. A call arriving meanwhile meets X's claim, still held by the ending
+/// activation. That answer is a handoff: it carries a retry-after, and the routing loop waits
+/// within the call's deadline (its three retries used to be spent in ~60 ms, failing the call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_racing_an_idle_deactivation_waits_for_it_and_succeeds() {
+    let dir = tempdir();
+    let hub = MemoryHub::new();
+    let a = node(
+        dir.path(),
+        &hub,
+        "a",
+        &[],
+        100,
+        behaviour(&[(DEACTIVATE, Behaviour::SleepEcho(Duration::from_millis(400)))]),
+    )
+    .await;
+    converged(&[&a], &["a"]).await;
+    let x = ActorId::new("Counter", "x");
+    let mut ca = client(&a.host.socket).await;
+    call(&mut ca, "Counter", "x", "work", b"1", 5_000)
+        .await
+        .expect("x activates");
+    // The idle deactivation starts: X leaves the table, its Deactivate turn runs.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while a.host.runtime.is_active(&x) {
+        assert!(Instant::now() < deadline, "x never went idle");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        a.host.runtime.lifecycles() > 0,
+        "the idle activation still holds its claim"
+    );
+    let t = Instant::now();
+    call(&mut ca, "Counter", "x", "work", b"2", 5_000)
+        .await
+        .expect("a call racing the idle deactivation waits for it, then runs");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    let overlaps = overlapping_activations(&[("a", &a.app)]);
+    assert!(
+        overlaps.is_empty(),
+        "two activations ran at once: {overlaps:?}"
+    );
+    a.host.stop(StopKind::Graceful).await;
+}

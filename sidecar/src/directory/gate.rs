@@ -240,6 +240,24 @@ impl Inner {
     }
 }
 
+/// How long a call waits before asking again for an actor whose previous activation on this
+/// host is still ending (its Deactivate turn running, its claim not yet released).
+const ENDING_RETRY_AFTER: Duration = Duration::from_millis(20);
+
+/// The answer to a claim that meets the claim of an earlier activation of the same actor on
+/// this host. The runtime starts a new activation only when the table holds none that takes
+/// turns, so the earlier one is ending (idle deactivation, a late lifecycle answer) and will
+/// release its claim shortly: a handoff, answered with a retry-after so the routing loop waits
+/// within the call's deadline instead of spending its retries (DESIGN.md §8).
+fn still_ending_here(actor: &ActorId, other: &str, me: &str) -> ActorError {
+    ActorError::wrong_host(format!(
+        "actor {actor} is still ending on this host as activation {other}: the call never ran; \
+         retry shortly"
+    ))
+    .with_owner_hint(me.to_string())
+    .with_retry_after(ENDING_RETRY_AFTER)
+}
+
 /// Rule 1 for the runtime: an activation may start only after its registration won and was
 /// re-checked under the partition lock.
 #[derive(Clone, Debug)]
@@ -308,10 +326,7 @@ impl DirectoryGate {
                     {
                         // Another activation of this actor went live here first (the runtime
                         // claims one activation per actor at a time; this is the backstop).
-                        return Err(ActorError::wrong_host(format!(
-                            "actor {actor} is already active on this host as activation {other}"
-                        ))
-                        .with_owner_hint(inner.me.to_string()));
+                        return Err(still_ending_here(actor, other, &inner.me));
                     }
                     if !(same_owner && same_term && inner.views.check_lease().is_ok()) {
                         last = format!(
@@ -344,11 +359,7 @@ impl DirectoryGate {
                     .get(actor)
                     .is_some_and(|a| **a == *winner.activation_id);
                 if live_here {
-                    return Err(ActorError::wrong_host(format!(
-                        "actor {actor} is already active on this host as activation {}",
-                        winner.activation_id
-                    ))
-                    .with_owner_hint(inner.me.to_string()));
+                    return Err(still_ending_here(actor, &winner.activation_id, &inner.me));
                 }
                 let stale = winner.clone();
                 inner.unregister_until(actor, stale, deadline).await;

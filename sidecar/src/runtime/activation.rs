@@ -55,10 +55,13 @@ impl Shared {
 
     fn closed_error(&self, actor: &ActorId) -> ActorError {
         self.ended().unwrap_or_else(|| {
+            // The actor is moving (deactivated here, about to be released): a handoff, so
+            // the routing loop waits a moment within the deadline rather than spending a retry.
             ActorError::wrong_host(format!(
                 "{actor} was deactivated on this host before the call ran: it never ran; \
                  re-place it"
             ))
+            .with_retry_after(std::time::Duration::from_millis(20))
         })
     }
 }
