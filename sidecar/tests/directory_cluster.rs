@@ -55,6 +55,8 @@ impl Host {
 
 struct Cluster {
     hosts: Vec<Host>,
+    /// How long a claim in these tests may try (the deadline of the call asking for it).
+    claim_within: Duration,
 }
 
 fn auth() -> MeshAuth {
@@ -110,7 +112,6 @@ impl Cluster {
                 DirectoryConfig {
                     rpc_timeout,
                     collect_retry: Duration::from_millis(20),
-                    claim_timeout,
                     release_timeout: Duration::from_secs(2),
                     faults: faults.clone(),
                     ..Default::default()
@@ -137,7 +138,15 @@ impl Cluster {
                 stop: Some(stop),
             });
         }
-        Cluster { hosts }
+        Cluster {
+            hosts,
+            claim_within: claim_timeout,
+        }
+    }
+
+    /// The deadline of a claim starting now.
+    fn by(&self) -> Instant {
+        Instant::now() + self.claim_within
     }
 
     /// A view of the given hosts with the given statuses.
@@ -201,9 +210,10 @@ async fn claim_everywhere(
     for a in actors.clone() {
         for &h in hosts {
             let gate = c.hosts[h].gate.clone();
+            let by = c.by();
             calls.push(async move {
                 let id = actor(a);
-                let r = gate.claim(&id, &format!("act-{a}-{h}")).await;
+                let r = gate.claim(&id, &format!("act-{a}-{h}"), by).await;
                 (a, h, r)
             });
         }
@@ -258,7 +268,11 @@ async fn concurrent_claims_from_every_host_have_exactly_one_winner() {
         .release(&actor(0), &format!("act-0-{w}"))
         .await;
     let other = (w + 1) % 3;
-    c.hosts[other].gate.claim(&actor(0), "fresh").await.unwrap();
+    c.hosts[other]
+        .gate
+        .claim(&actor(0), "fresh", c.by())
+        .await
+        .unwrap();
     let found = c.hosts[w]
         .dir
         .lookup(&actor(0), Instant::now() + Duration::from_secs(2))
@@ -313,13 +327,13 @@ async fn ownership_moves_by_collection_without_losing_a_claim() {
         let h = (winners[&a] + 1) % 3;
         let e = c.hosts[h]
             .gate
-            .claim(&actor(a), "intruder")
+            .claim(&actor(a), "intruder", c.by())
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::WrongHost);
         let e = c.hosts[3]
             .gate
-            .claim(&actor(a), "intruder-3")
+            .claim(&actor(a), "intruder-3", c.by())
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::WrongHost);
@@ -335,14 +349,14 @@ async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
     for a in 0..50 {
         c.hosts[2]
             .gate
-            .claim(&actor(a), &format!("a{a}"))
+            .claim(&actor(a), &format!("a{a}"), c.by())
             .await
             .unwrap();
     }
     for a in 50..100 {
         c.hosts[3]
             .gate
-            .claim(&actor(a), &format!("a{a}"))
+            .claim(&actor(a), &format!("a{a}"), c.by())
             .await
             .unwrap();
     }
@@ -354,7 +368,7 @@ async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
     // While h3 drains, its actors are "moving": a claim elsewhere is told to retry shortly.
     let e = c.hosts[0]
         .gate
-        .claim(&actor(50), "too-early")
+        .claim(&actor(50), "too-early", c.by())
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::WrongHost);
@@ -419,8 +433,8 @@ async fn split_view_winners(faults: ProtocolFaults) -> usize {
     }
     let id = ActorId::new("Counter", key.as_str());
     let (r1, r2) = tokio::join!(
-        c.hosts[1].gate.claim(&id, "on-h1"),
-        c.hosts[2].gate.claim(&id, "on-h2")
+        c.hosts[1].gate.claim(&id, "on-h1", c.by()),
+        c.hosts[2].gate.claim(&id, "on-h2", c.by())
     );
     [r1.is_ok(), r2.is_ok()].iter().filter(|ok| **ok).count()
 }
@@ -539,7 +553,8 @@ async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
     let claim_a = {
         let gate = c.hosts[a].gate.clone();
         let x = x.clone();
-        tokio::spawn(async move { gate.claim(&x, "on-a").await })
+        let by = c.by();
+        tokio::spawn(async move { gate.claim(&x, "on-a", by).await })
     };
     let o_dir = c.hosts[o].dir.clone();
     let granted = async {
@@ -566,7 +581,7 @@ async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
     }
     c.hosts[b]
         .gate
-        .claim(&x, "on-b")
+        .claim(&x, "on-b", c.by())
         .await
         .expect("b wins X at n");
 
@@ -676,7 +691,8 @@ async fn a_host_that_starts_leaving_while_its_register_is_in_flight_aborts_the_c
     let claim_a = {
         let gate = c.hosts[a].gate.clone();
         let x = x.clone();
-        tokio::spawn(async move { gate.claim(&x, "on-a").await })
+        let by = c.by();
+        tokio::spawn(async move { gate.claim(&x, "on-a", by).await })
     };
     let o_dir = c.hosts[o].dir.clone();
     let lookup_at_o = || {
@@ -867,4 +883,66 @@ async fn a_leaving_host_vanishing_mid_round_does_not_hold_the_partitions_back() 
     let took = ready_within(&dir, RPC_TIMEOUT / 30).await;
     assert!(took < Duration::from_millis(100), "{took:?}");
     assert_eq!(dir.counters().collections_run, 1);
+}
+
+/// A claim tries for as long as the call that asked for the activation waits, no longer. Host
+/// a owns partitions that stay recovering for good (b is in the view and never answers its
+/// Collect); a call with a 300 ms deadline asks a's runtime for an actor there. The caller is
+/// answered `timeout` at its deadline, and the activation's claim gives up with it, instead of
+/// trying to register for a fixed 10 s with nobody waiting (and activating then for nobody).
+#[tokio::test(start_paused = true)]
+async fn a_claim_gives_up_at_the_deadline_of_the_call_that_asked_for_it() {
+    use sigx_proto::v1;
+    use sigx_sidecar::runtime::{Registry, Runtime, RuntimeConfig};
+    let view = DirView::new(
+        1,
+        vec![
+            peer("a", 1, PeerStatus::Active),
+            peer("b", 2, PeerStatus::Active),
+        ],
+    );
+    let key = (0..)
+        .map(|i| format!("stuck-{i}"))
+        .find(|k| {
+            view.owner(partition("Counter", k))
+                .is_some_and(|o| &*o.id == "a")
+        })
+        .unwrap();
+    let (dir, _cell, _dials) = lone_directory(view);
+    let runtime = Runtime::new(
+        RuntimeConfig {
+            host_id: "a".into(),
+            ..RuntimeConfig::default()
+        },
+        Arc::new(dir.gate()),
+    );
+    let registry = Registry::from_proto(&v1::Register {
+        actors: vec![v1::ActorTypeSpec {
+            name: "Counter".into(),
+            reentrant: false,
+            idle_timeout_ms: 0,
+            methods: vec![],
+        }],
+        workers: vec![],
+        app_name: "claims".into(),
+    })
+    .unwrap();
+    let (tx, _turns) = tokio::sync::mpsc::unbounded_channel();
+    runtime.attach(registry, tx).unwrap();
+
+    let x = ActorId::new("Counter", key.as_str());
+    let t0 = Instant::now();
+    let e = runtime
+        .invoke(&x, "m", Bytes::new(), t0 + Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    while runtime.lifecycles() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the claim went on trying after the call that asked for it gave up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!runtime.is_active(&x));
 }

@@ -270,10 +270,15 @@ impl DirectoryGate {
         DirectoryGate { dir }
     }
 
-    async fn claim_inner(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim_inner(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
         let inner: &Arc<Inner> = &self.dir.inner;
         let p = partition(&actor.actor_type, &actor.key);
-        let deadline = Instant::now() + inner.config.claim_timeout;
+        let started = Instant::now();
         let mut backoff = Backoff::new();
         let mut last = String::from("no directory owner in this host's view");
         while Instant::now() < deadline {
@@ -387,8 +392,9 @@ impl DirectoryGate {
             .with_owner_hint(winner.host_id));
         }
         Err(ActorError::timeout(format!(
-            "could not register actor {actor} in the directory within {:?} (last: {last})",
-            inner.config.claim_timeout
+            "could not register actor {actor} in the directory before the call's deadline \
+             ({:?}; last: {last}): it never ran",
+            started.elapsed()
         )))
     }
 
@@ -478,12 +484,17 @@ impl ActivationGate for DirectoryGate {
         }
     }
 
-    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
         self.check_serving()?;
         self.check_accepting()?;
         let span =
             tracing::debug_span!("directory.claim", host = %self.dir.inner.me, actor = %actor);
-        self.claim_inner(actor, activation_id)
+        self.claim_inner(actor, activation_id, deadline)
             .instrument(span)
             .await
     }

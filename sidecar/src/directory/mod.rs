@@ -79,8 +79,6 @@ pub struct DirectoryConfig {
     pub rpc_timeout: Duration,
     /// Pause between failed collection rounds (a peer not converged or unreachable).
     pub collect_retry: Duration,
-    /// How long `claim` keeps trying to register before giving up.
-    pub claim_timeout: Duration,
     /// How long `release` keeps trying to unregister.
     pub release_timeout: Duration,
     /// Broken variants for checker tests. Default: none.
@@ -93,7 +91,6 @@ impl Default for DirectoryConfig {
             retry_after: Duration::from_millis(20),
             rpc_timeout: Duration::from_secs(2),
             collect_retry: Duration::from_millis(50),
-            claim_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(5),
             faults: ProtocolFaults::default(),
         }

@@ -72,10 +72,15 @@ impl ActivationGate for LateGate {
             None => Err(joining(&self.host)),
         }
     }
-    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
         self.check_fenced()?;
         match self.inner.get() {
-            Some(g) => g.claim(actor, activation_id).await,
+            Some(g) => g.claim(actor, activation_id, deadline).await,
             None => Err(joining(&self.host)),
         }
     }

@@ -74,13 +74,15 @@ pub(crate) struct Activation {
 }
 
 impl Activation {
-    /// Spawns the activation's task. The caller inserts the entry into the table.
+    /// Spawns the activation's task, which claims the actor until `claim_deadline` (that of
+    /// the call that asked for it). The caller inserts the entry into the table.
     pub(crate) fn spawn(
         rt: Runtime,
         app: Arc<AppSession>,
         actor: ActorId,
         activation_id: Arc<str>,
         ty: ActorType,
+        claim_deadline: Instant,
     ) -> Activation {
         let (stop_tx, stop_rx) = oneshot::channel();
         let shared = Arc::new(Shared {
@@ -97,8 +99,11 @@ impl Activation {
         tokio::spawn(async move {
             let _lifecycle = lifecycle;
             let span = tracing::info_span!("activation", actor = %actor, activation = %id);
-            tracing::Instrument::instrument(run(rt, task_shared, actor, id, ty, stop_rx), span)
-                .await;
+            tracing::Instrument::instrument(
+                run(rt, task_shared, actor, id, ty, claim_deadline, stop_rx),
+                span,
+            )
+            .await;
         });
         Activation {
             activation_id,
@@ -361,6 +366,7 @@ async fn run(
     actor: ActorId,
     activation_id: Arc<str>,
     ty: ActorType,
+    claim_deadline: Instant,
     mut stop_rx: oneshot::Receiver<oneshot::Sender<()>>,
 ) {
     let gate = rt.inner.gate.clone();
@@ -373,7 +379,7 @@ async fn run(
     };
 
     // Rule 1: register before activate.
-    if let Err(e) = gate.claim(&actor, &activation_id).await {
+    if let Err(e) = gate.claim(&actor, &activation_id, claim_deadline).await {
         fail(e);
         return;
     }

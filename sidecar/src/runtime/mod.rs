@@ -422,6 +422,7 @@ impl Runtime {
                         actor.clone(),
                         activation_id,
                         ty,
+                        deadline,
                     );
                     let caller = activation.enter();
                     table.insert(actor.clone(), activation);
