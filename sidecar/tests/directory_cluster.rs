@@ -733,6 +733,72 @@ async fn a_host_that_starts_leaving_while_its_register_is_in_flight_aborts_the_c
     );
 }
 
+/// Dials `delayed` through a relay that holds every chunk of the answers (server to client
+/// bytes) for `by`: a slow or loaded peer.
+struct DelayAnswers {
+    delayed: String,
+    by: Duration,
+}
+
+#[async_trait]
+impl Connector for DelayAnswers {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        let upstream = tokio::net::TcpStream::connect(addr).await?;
+        upstream.set_nodelay(true)?;
+        if addr != self.delayed {
+            return Ok(Box::new(upstream));
+        }
+        let (mine, theirs) = tokio::io::duplex(256 * 1024);
+        let (mut up_r, mut up_w) = upstream.into_split();
+        let (mut th_r, mut th_w) = tokio::io::split(theirs);
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
+        });
+        let by = self.by;
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match up_r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                tokio::time::sleep(by).await;
+                if th_w.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Box::new(mine))
+    }
+}
+
+/// A collection round sends one `Collect` per batch of 128 partitions, one batch after the
+/// other to each host. Two hosts own about 2048 partitions each, so a round is 16 requests to
+/// the peer, each answered 100 ms late, against an RPC timeout of 500 ms: every request is well
+/// within its own timeout, the round as a whole is not. One deadline for the whole round would
+/// fail every round and keep the partitions recovering for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_many_batches_gets_a_timeout_per_request_not_one_for_all() {
+    let c = Cluster::start_custom(
+        2,
+        ProtocolFaults::default(),
+        Duration::from_secs(5),
+        |i, addrs| {
+            let c: Arc<dyn Connector> = Arc::new(DelayAnswers {
+                delayed: addrs[1 - i].clone(),
+                by: Duration::from_millis(100),
+            });
+            (c, Duration::from_millis(500))
+        },
+    )
+    .await;
+    c.publish(1, &c.all_active(&[0, 1]), &[0, 1]);
+    c.until_ready(&[0, 1]).await;
+    let winners = claim_everywhere(&c, &[0, 1], 0..20).await;
+    assert_eq!(winners.len(), 20);
+}
+
 /// Dials that never complete (hosts whose machines vanished), counted.
 #[derive(Default)]
 struct HangingDials {

@@ -75,7 +75,8 @@ pub struct ProtocolFaults {
 pub struct DirectoryConfig {
     /// The `retry_after` sent with `recovering` answers.
     pub retry_after: Duration,
-    /// Per-RPC timeout of directory calls (`Register`, `Collect`, ...), within any deadline.
+    /// Per-RPC timeout of directory calls (`Register`, each batch of a `Collect` round, ...),
+    /// within any deadline.
     pub rpc_timeout: Duration,
     /// Pause between failed collection rounds (a peer not converged or unreachable).
     pub collect_retry: Duration,
