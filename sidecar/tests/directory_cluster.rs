@@ -55,6 +55,8 @@ impl Host {
 
 struct Cluster {
     hosts: Vec<Host>,
+    /// How long a claim in these tests may try (the deadline of the call asking for it).
+    claim_within: Duration,
 }
 
 fn auth() -> MeshAuth {
@@ -110,7 +112,6 @@ impl Cluster {
                 DirectoryConfig {
                     rpc_timeout,
                     collect_retry: Duration::from_millis(20),
-                    claim_timeout,
                     release_timeout: Duration::from_secs(2),
                     faults: faults.clone(),
                     ..Default::default()
@@ -137,7 +138,15 @@ impl Cluster {
                 stop: Some(stop),
             });
         }
-        Cluster { hosts }
+        Cluster {
+            hosts,
+            claim_within: claim_timeout,
+        }
+    }
+
+    /// The deadline of a claim starting now.
+    fn by(&self) -> Instant {
+        Instant::now() + self.claim_within
     }
 
     /// A view of the given hosts with the given statuses.
@@ -201,9 +210,10 @@ async fn claim_everywhere(
     for a in actors.clone() {
         for &h in hosts {
             let gate = c.hosts[h].gate.clone();
+            let by = c.by();
             calls.push(async move {
                 let id = actor(a);
-                let r = gate.claim(&id, &format!("act-{a}-{h}")).await;
+                let r = gate.claim(&id, &format!("act-{a}-{h}"), by).await;
                 (a, h, r)
             });
         }
@@ -258,7 +268,11 @@ async fn concurrent_claims_from_every_host_have_exactly_one_winner() {
         .release(&actor(0), &format!("act-0-{w}"))
         .await;
     let other = (w + 1) % 3;
-    c.hosts[other].gate.claim(&actor(0), "fresh").await.unwrap();
+    c.hosts[other]
+        .gate
+        .claim(&actor(0), "fresh", c.by())
+        .await
+        .unwrap();
     let found = c.hosts[w]
         .dir
         .lookup(&actor(0), Instant::now() + Duration::from_secs(2))
@@ -313,13 +327,13 @@ async fn ownership_moves_by_collection_without_losing_a_claim() {
         let h = (winners[&a] + 1) % 3;
         let e = c.hosts[h]
             .gate
-            .claim(&actor(a), "intruder")
+            .claim(&actor(a), "intruder", c.by())
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::WrongHost);
         let e = c.hosts[3]
             .gate
-            .claim(&actor(a), "intruder-3")
+            .claim(&actor(a), "intruder-3", c.by())
             .await
             .unwrap_err();
         assert_eq!(e.kind, ErrorKind::WrongHost);
@@ -335,14 +349,14 @@ async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
     for a in 0..50 {
         c.hosts[2]
             .gate
-            .claim(&actor(a), &format!("a{a}"))
+            .claim(&actor(a), &format!("a{a}"), c.by())
             .await
             .unwrap();
     }
     for a in 50..100 {
         c.hosts[3]
             .gate
-            .claim(&actor(a), &format!("a{a}"))
+            .claim(&actor(a), &format!("a{a}"), c.by())
             .await
             .unwrap();
     }
@@ -354,7 +368,7 @@ async fn an_expired_host_is_swept_and_a_graceful_leaver_is_not() {
     // While h3 drains, its actors are "moving": a claim elsewhere is told to retry shortly.
     let e = c.hosts[0]
         .gate
-        .claim(&actor(50), "too-early")
+        .claim(&actor(50), "too-early", c.by())
         .await
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::WrongHost);
@@ -419,8 +433,8 @@ async fn split_view_winners(faults: ProtocolFaults) -> usize {
     }
     let id = ActorId::new("Counter", key.as_str());
     let (r1, r2) = tokio::join!(
-        c.hosts[1].gate.claim(&id, "on-h1"),
-        c.hosts[2].gate.claim(&id, "on-h2")
+        c.hosts[1].gate.claim(&id, "on-h1", c.by()),
+        c.hosts[2].gate.claim(&id, "on-h2", c.by())
     );
     [r1.is_ok(), r2.is_ok()].iter().filter(|ok| **ok).count()
 }
@@ -539,7 +553,8 @@ async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
     let claim_a = {
         let gate = c.hosts[a].gate.clone();
         let x = x.clone();
-        tokio::spawn(async move { gate.claim(&x, "on-a").await })
+        let by = c.by();
+        tokio::spawn(async move { gate.claim(&x, "on-a", by).await })
     };
     let o_dir = c.hosts[o].dir.clone();
     let granted = async {
@@ -566,7 +581,7 @@ async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
     }
     c.hosts[b]
         .gate
-        .claim(&x, "on-b")
+        .claim(&x, "on-b", c.by())
         .await
         .expect("b wins X at n");
 
@@ -631,6 +646,157 @@ async fn the_check_catches_a_skipped_term_recheck() {
         conflicts > 0,
         "the next collection must report the conflict"
     );
+}
+
+/// Hole H: Rule 1's re-check under the partition lock also asks "still accepting?". Host a's
+/// Register of X is granted by the owner o, but the grant is held on the wire while a starts
+/// leaving (its own view shows it `leaving`). When the grant arrives, owner and term are
+/// unchanged, yet a must not activate X: it answers `wrong-host` (the call never ran) and
+/// withdraws the unused grant, so o names nobody for X.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_starts_leaving_while_its_register_is_in_flight_aborts_the_claim() {
+    let (a, o) = (0, 1);
+    let (gate_tx, gate_rx) = tokio::sync::watch::channel(true);
+    let c = Cluster::start_custom(
+        2,
+        ProtocolFaults::default(),
+        Duration::from_secs(10),
+        |i, addrs| {
+            if i == a {
+                let c: Arc<dyn Connector> = Arc::new(HoldAnswers {
+                    held: addrs[o].clone(),
+                    open: gate_rx.clone(),
+                });
+                (c, Duration::from_secs(30))
+            } else {
+                (Arc::new(TcpConnector), Duration::from_millis(500))
+            }
+        },
+    )
+    .await;
+    let both = c.all_active(&[a, o]);
+    let v1 = c.view(1, &both);
+    let key = (0..)
+        .map(|i| format!("leaving-{i}"))
+        .find(|k| {
+            v1.owner(partition("Counter", k))
+                .is_some_and(|h| *h.id == *c.hosts[o].id)
+        })
+        .unwrap();
+    let x = ActorId::new("Counter", key.as_str());
+    c.publish(1, &both, &[a, o]);
+    c.until_ready(&[a, o]).await;
+
+    gate_tx.send_replace(false);
+    let claim_a = {
+        let gate = c.hosts[a].gate.clone();
+        let x = x.clone();
+        let by = c.by();
+        tokio::spawn(async move { gate.claim(&x, "on-a", by).await })
+    };
+    let o_dir = c.hosts[o].dir.clone();
+    let lookup_at_o = || {
+        let (o_dir, x) = (o_dir.clone(), x.clone());
+        async move {
+            o_dir
+                .lookup(&x, Instant::now() + Duration::from_secs(1))
+                .await
+                .expect("o answers")
+        }
+    };
+    let granted = async {
+        while !matches!(lookup_at_o().await, Some(ref l) if l.activation_id == "on-a") {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), granted)
+        .await
+        .expect("o granted X to a");
+
+    // a starts leaving while the grant is on the wire; then the grant arrives.
+    c.publish(
+        2,
+        &[(a, PeerStatus::Leaving), (o, PeerStatus::Active)],
+        &[a],
+    );
+    gate_tx.send_replace(true);
+    let won = tokio::time::timeout(Duration::from_secs(5), claim_a)
+        .await
+        .expect("a's claim ends")
+        .unwrap();
+    let e = won.expect_err("a leaving host must not activate X");
+    assert_eq!(e.kind, ErrorKind::WrongHost, "{e}");
+    assert_eq!(
+        lookup_at_o().await,
+        None,
+        "the unused grant is withdrawn, so X can be placed elsewhere at once"
+    );
+}
+
+/// Dials `delayed` through a relay that holds every chunk of the answers (server to client
+/// bytes) for `by`: a slow or loaded peer.
+struct DelayAnswers {
+    delayed: String,
+    by: Duration,
+}
+
+#[async_trait]
+impl Connector for DelayAnswers {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        let upstream = tokio::net::TcpStream::connect(addr).await?;
+        upstream.set_nodelay(true)?;
+        if addr != self.delayed {
+            return Ok(Box::new(upstream));
+        }
+        let (mine, theirs) = tokio::io::duplex(256 * 1024);
+        let (mut up_r, mut up_w) = upstream.into_split();
+        let (mut th_r, mut th_w) = tokio::io::split(theirs);
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
+        });
+        let by = self.by;
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match up_r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                tokio::time::sleep(by).await;
+                if th_w.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Box::new(mine))
+    }
+}
+
+/// A collection round sends one `Collect` per batch of 128 partitions, one batch after the
+/// other to each host. Two hosts own about 2048 partitions each, so a round is 16 requests to
+/// the peer, each answered 100 ms late, against an RPC timeout of 500 ms: every request is well
+/// within its own timeout, the round as a whole is not. One deadline for the whole round would
+/// fail every round and keep the partitions recovering for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_of_many_batches_gets_a_timeout_per_request_not_one_for_all() {
+    let c = Cluster::start_custom(
+        2,
+        ProtocolFaults::default(),
+        Duration::from_secs(5),
+        |i, addrs| {
+            let c: Arc<dyn Connector> = Arc::new(DelayAnswers {
+                delayed: addrs[1 - i].clone(),
+                by: Duration::from_millis(100),
+            });
+            (c, Duration::from_millis(500))
+        },
+    )
+    .await;
+    c.publish(1, &c.all_active(&[0, 1]), &[0, 1]);
+    c.until_ready(&[0, 1]).await;
+    let winners = claim_everywhere(&c, &[0, 1], 0..20).await;
+    assert_eq!(winners.len(), 20);
 }
 
 /// Dials that never complete (hosts whose machines vanished), counted.
@@ -783,4 +949,66 @@ async fn a_leaving_host_vanishing_mid_round_does_not_hold_the_partitions_back() 
     let took = ready_within(&dir, RPC_TIMEOUT / 30).await;
     assert!(took < Duration::from_millis(100), "{took:?}");
     assert_eq!(dir.counters().collections_run, 1);
+}
+
+/// A claim tries for as long as the call that asked for the activation waits, no longer. Host
+/// a owns partitions that stay recovering for good (b is in the view and never answers its
+/// Collect); a call with a 300 ms deadline asks a's runtime for an actor there. The caller is
+/// answered `timeout` at its deadline, and the activation's claim gives up with it, instead of
+/// trying to register for a fixed 10 s with nobody waiting (and activating then for nobody).
+#[tokio::test(start_paused = true)]
+async fn a_claim_gives_up_at_the_deadline_of_the_call_that_asked_for_it() {
+    use sigx_proto::v1;
+    use sigx_sidecar::runtime::{Registry, Runtime, RuntimeConfig};
+    let view = DirView::new(
+        1,
+        vec![
+            peer("a", 1, PeerStatus::Active),
+            peer("b", 2, PeerStatus::Active),
+        ],
+    );
+    let key = (0..)
+        .map(|i| format!("stuck-{i}"))
+        .find(|k| {
+            view.owner(partition("Counter", k))
+                .is_some_and(|o| &*o.id == "a")
+        })
+        .unwrap();
+    let (dir, _cell, _dials) = lone_directory(view);
+    let runtime = Runtime::new(
+        RuntimeConfig {
+            host_id: "a".into(),
+            ..RuntimeConfig::default()
+        },
+        Arc::new(dir.gate()),
+    );
+    let registry = Registry::from_proto(&v1::Register {
+        actors: vec![v1::ActorTypeSpec {
+            name: "Counter".into(),
+            reentrant: false,
+            idle_timeout_ms: 0,
+            methods: vec![],
+        }],
+        workers: vec![],
+        app_name: "claims".into(),
+    })
+    .unwrap();
+    let (tx, _turns) = tokio::sync::mpsc::unbounded_channel();
+    runtime.attach(registry, tx).unwrap();
+
+    let x = ActorId::new("Counter", key.as_str());
+    let t0 = Instant::now();
+    let e = runtime
+        .invoke(&x, "m", Bytes::new(), t0 + Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    while runtime.lifecycles() > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the claim went on trying after the call that asked for it gave up"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!runtime.is_active(&x));
 }

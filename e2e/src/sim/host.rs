@@ -51,6 +51,8 @@ struct Parts {
     membership: MembershipHandle,
     directory: Directory,
     router: Arc<Router>,
+    /// The runtime's gate (fenced by a stop that cannot withdraw).
+    late_gate: Arc<LateGate>,
     /// Keeps the app attached for the host's life.
     _app: Arc<SimApp>,
 }
@@ -204,6 +206,7 @@ pub async fn run(
         membership: membership.clone(),
         directory,
         router,
+        late_gate,
         _app: app,
     });
     tokio::spawn(fence_watch(parts.clone()));
@@ -295,7 +298,8 @@ impl Parts {
     }
 
     /// The graceful stop of `Host::stop`, in its order: leaving, drain, deactivate (and
-    /// unregister), hand over, withdraw.
+    /// unregister), hand over, withdraw — or, when something handed to the app is still
+    /// unanswered, fence and let the record lapse instead of withdrawing it.
     async fn leave(&self) {
         self.me.set_life(Life::Leaving);
         self.state.set_leaving();
@@ -314,6 +318,22 @@ impl Parts {
             rx.wait_for(|v| v.get(&me).is_some_and(|d| d.status == HostStatus::Leaving)),
         )
         .await;
+        if !self.runtime.is_quiet() {
+            let reason = "stopped with turns unanswered by the app".to_string();
+            self.late_gate.fence(reason.clone());
+            self.state.set_fenced(reason.clone());
+            self.membership.abort();
+            self.runtime.drop_all();
+            self.me.set_life(Life::Fenced);
+            self.shared.record(
+                &self.me,
+                Ev::Fenced {
+                    host: self.me.id.clone(),
+                    reason,
+                },
+            );
+            return;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(5), self.membership.leave()).await;
         self.me.set_life(Life::Left);
         self.shared.record(

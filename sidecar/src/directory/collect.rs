@@ -167,10 +167,13 @@ async fn collector(inner: Arc<Inner>) {
 /// One collection round under `view`'s fingerprint.
 async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Result<(), String> {
     let fingerprint = view.fingerprint();
-    let deadline = Instant::now() + inner.config.rpc_timeout;
     let holders: Vec<_> = view.claim_holders_except(&inner.me).cloned().collect();
     // One batch of partitions per request keeps every answer well under the mesh's message
     // limit even for hosts with millions of activations; batches to one host go one at a time.
+    // Each request has its own RPC timeout: a round's time scales with the number of batches
+    // (and so with the tables), where one deadline for the whole round would cut every round
+    // short once the tables (or a loaded peer) need more than one RPC timeout in all, and keep
+    // the partitions recovering for good.
     let calls = holders.iter().map(|h| async move {
         let addr = PeerAddr {
             id: &h.id,
@@ -183,6 +186,7 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
                 fingerprint,
                 partitions: batch.to_vec(),
             };
+            let deadline = Instant::now() + inner.config.rpc_timeout;
             match inner.mesh.collect(addr, req, deadline).await {
                 Ok(resp) if resp.status == DirectoryStatus::Ok as i32 => {
                     let agreed = resp.fingerprint == fingerprint

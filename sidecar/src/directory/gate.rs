@@ -240,6 +240,24 @@ impl Inner {
     }
 }
 
+/// How long a call waits before asking again for an actor whose previous activation on this
+/// host is still ending (its Deactivate turn running, its claim not yet released).
+const ENDING_RETRY_AFTER: Duration = Duration::from_millis(20);
+
+/// The answer to a claim that meets the claim of an earlier activation of the same actor on
+/// this host. The runtime starts a new activation only when the table holds none that takes
+/// turns, so the earlier one is ending (idle deactivation, a late lifecycle answer) and will
+/// release its claim shortly: a handoff, answered with a retry-after so the routing loop waits
+/// within the call's deadline instead of spending its retries (DESIGN.md §8).
+fn still_ending_here(actor: &ActorId, other: &str, me: &str) -> ActorError {
+    ActorError::wrong_host(format!(
+        "actor {actor} is still ending on this host as activation {other}: the call never ran; \
+         retry shortly"
+    ))
+    .with_owner_hint(me.to_string())
+    .with_retry_after(ENDING_RETRY_AFTER)
+}
+
 /// Rule 1 for the runtime: an activation may start only after its registration won and was
 /// re-checked under the partition lock.
 #[derive(Clone, Debug)]
@@ -252,10 +270,15 @@ impl DirectoryGate {
         DirectoryGate { dir }
     }
 
-    async fn claim_inner(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim_inner(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
         let inner: &Arc<Inner> = &self.dir.inner;
         let p = partition(&actor.actor_type, &actor.key);
-        let deadline = Instant::now() + inner.config.claim_timeout;
+        let started = Instant::now();
         let mut backoff = Backoff::new();
         let mut last = String::from("no directory owner in this host's view");
         while Instant::now() < deadline {
@@ -293,32 +316,43 @@ impl DirectoryGate {
                 continue;
             };
             if winner.host_id == *inner.me && winner.activation_id == activation_id {
-                // Rule 1's re-check, under the partition lock: same owner, same term.
-                let mut part = inner.part(p);
-                let view_now = inner.views.view();
-                let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
-                let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
-                if let Some(other) = part.live.get(actor)
-                    && **other != *activation_id
-                {
-                    // Another activation of this actor went live here first (the runtime claims
-                    // one activation per actor at a time; this is the backstop).
-                    return Err(ActorError::wrong_host(format!(
-                        "actor {actor} is already active on this host as activation {other}"
-                    ))
-                    .with_owner_hint(inner.me.to_string()));
-                }
-                if same_owner && same_term && inner.views.check_lease().is_ok() {
-                    part.live.insert(actor.clone(), activation_id.into());
-                    tracing::debug!(owner = %owner.id, "claim won");
-                    return Ok(());
-                }
-                drop(part);
-                last = format!(
-                    "grant from {} overtaken (owner moved: {}, term moved: {})",
-                    owner.id, !same_owner, !same_term
-                );
-                continue;
+                // Rule 1's re-check, under the partition lock: same owner, same term, lease
+                // valid, and still accepting. A host that started leaving (or went back to
+                // joining, or fenced) while its Register was in flight takes no new activation:
+                // its drain may already have deactivated everything it held, so an activation
+                // starting now would outlive the drain and the withdrawal.
+                let refused = {
+                    let mut part = inner.part(p);
+                    let view_now = inner.views.view();
+                    let same_owner = view_now.owner(p).is_some_and(|o| o.id == owner.id);
+                    let same_term = part.term == term0 || inner.config.faults.skip_term_recheck;
+                    if let Some(other) = part.live.get(actor)
+                        && **other != *activation_id
+                    {
+                        // Another activation of this actor went live here first (the runtime
+                        // claims one activation per actor at a time; this is the backstop).
+                        return Err(still_ending_here(actor, other, &inner.me));
+                    }
+                    if !(same_owner && same_term && inner.views.check_lease().is_ok()) {
+                        last = format!(
+                            "grant from {} overtaken (owner moved: {}, term moved: {})",
+                            owner.id, !same_owner, !same_term
+                        );
+                        continue;
+                    }
+                    match self.check_accepting() {
+                        Ok(()) => {
+                            part.live.insert(actor.clone(), activation_id.into());
+                            tracing::debug!(owner = %owner.id, "claim won");
+                            return Ok(());
+                        }
+                        Err(e) => e,
+                    }
+                };
+                // Withdraw the grant we will not use, so the actor can be placed elsewhere now.
+                let unused = inner.me_entry(actor, activation_id);
+                inner.unregister_until(actor, unused, deadline).await;
+                return Err(refused);
             }
             if winner.host_id == *inner.me {
                 // An entry naming this host under another activation id. If that activation is
@@ -330,11 +364,7 @@ impl DirectoryGate {
                     .get(actor)
                     .is_some_and(|a| **a == *winner.activation_id);
                 if live_here {
-                    return Err(ActorError::wrong_host(format!(
-                        "actor {actor} is already active on this host as activation {}",
-                        winner.activation_id
-                    ))
-                    .with_owner_hint(inner.me.to_string()));
+                    return Err(still_ending_here(actor, &winner.activation_id, &inner.me));
                 }
                 let stale = winner.clone();
                 inner.unregister_until(actor, stale, deadline).await;
@@ -362,8 +392,9 @@ impl DirectoryGate {
             .with_owner_hint(winner.host_id));
         }
         Err(ActorError::timeout(format!(
-            "could not register actor {actor} in the directory within {:?} (last: {last})",
-            inner.config.claim_timeout
+            "could not register actor {actor} in the directory before the call's deadline \
+             ({:?}; last: {last}): it never ran",
+            started.elapsed()
         )))
     }
 
@@ -453,12 +484,17 @@ impl ActivationGate for DirectoryGate {
         }
     }
 
-    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
         self.check_serving()?;
         self.check_accepting()?;
         let span =
             tracing::debug_span!("directory.claim", host = %self.dir.inner.me, actor = %actor);
-        self.claim_inner(actor, activation_id)
+        self.claim_inner(actor, activation_id, deadline)
             .instrument(span)
             .await
     }

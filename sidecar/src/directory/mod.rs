@@ -75,12 +75,11 @@ pub struct ProtocolFaults {
 pub struct DirectoryConfig {
     /// The `retry_after` sent with `recovering` answers.
     pub retry_after: Duration,
-    /// Per-RPC timeout of directory calls (`Register`, `Collect`, ...), within any deadline.
+    /// Per-RPC timeout of directory calls (`Register`, each batch of a `Collect` round, ...),
+    /// within any deadline.
     pub rpc_timeout: Duration,
     /// Pause between failed collection rounds (a peer not converged or unreachable).
     pub collect_retry: Duration,
-    /// How long `claim` keeps trying to register before giving up.
-    pub claim_timeout: Duration,
     /// How long `release` keeps trying to unregister.
     pub release_timeout: Duration,
     /// Broken variants for checker tests. Default: none.
@@ -93,7 +92,6 @@ impl Default for DirectoryConfig {
             retry_after: Duration::from_millis(20),
             rpc_timeout: Duration::from_secs(2),
             collect_retry: Duration::from_millis(50),
-            claim_timeout: Duration::from_secs(10),
             release_timeout: Duration::from_secs(5),
             faults: ProtocolFaults::default(),
         }
@@ -346,8 +344,14 @@ impl Inner {
         let entry = match found {
             // Lazy eviction (Rule 3): the entry's host left this owner's view. An owner only ever
             // admits entries for hosts in its view, and views only move forward, so absence
-            // means departed — never "unknown to a lagging view".
-            Some((host, _)) if view.get(&host).is_none() => {
+            // means departed — never "unknown to a lagging view". Likewise a host this view
+            // shows unable to hold the claim (no app: back to `joining`; or no longer
+            // registering the type) runs no such activation: its entry is stale.
+            Some((host, _))
+                if view
+                    .get(&host)
+                    .is_none_or(|h| !h.may_hold_claim_of(&actor.actor_type)) =>
+            {
                 part.table
                     .remove_if(&self.hasher, &actor.actor_type, &actor.key, |_| true);
                 self.counters.lazy_evictions.fetch_add(1, Ordering::Relaxed);
@@ -397,7 +401,14 @@ impl Inner {
             .get(&self.hasher, &actor.actor_type, &actor.key)
             .map(|x| (self.host_name(x.host), x.activation.to_owned()));
         let winner = match existing {
-            Some((host, act)) if view.get(&host).is_some() => {
+            // Only a host that can still hold this claim keeps winning it: an entry naming a
+            // host without an app (or no longer registering the type) would otherwise turn every
+            // Register away for an actor nobody runs, for as long as that host stays in the view.
+            Some((host, act))
+                if view
+                    .get(&host)
+                    .is_some_and(|h| h.may_hold_claim_of(&actor.actor_type)) =>
+            {
                 entry_proto(&actor.actor_type, &actor.key, &host, &act)
             }
             stale => {
@@ -867,6 +878,66 @@ mod tests {
         // The graceful leaver's straggler is left for lazy eviction; "a"'s entry is untouched.
         assert_eq!(lookup("k4").entry.unwrap().host_id, "a");
         assert!(lookup("k3").entry.is_none());
+    }
+
+    #[tokio::test]
+    async fn entries_naming_a_host_that_cannot_hold_them_stop_winning() {
+        let (d, cell) = start("a", vec![peer("a", PeerStatus::Active)]);
+        until_ready(&d).await;
+        // b has no app (joining) and c registers only "Other": neither can run a "T" actor.
+        // Neither is collected from (b holds no claims; c's partitions stay ready because this
+        // host stayed eligible), so a's partitions stay ready.
+        let view = DirView::new(
+            2,
+            vec![
+                peer("a", PeerStatus::Active),
+                peer("b", PeerStatus::Joining),
+                peer("c", PeerStatus::Leaving).with_stateful_types(&["Other"]),
+            ],
+        );
+        let keys: Vec<String> = (0..)
+            .map(|i| format!("k{i}"))
+            .filter(|k| view.owner(partition("T", k)).is_some_and(|o| &*o.id == "a"))
+            .take(3)
+            .collect();
+        cell.publish(view);
+        until_ready(&d).await;
+        for (key, holder) in keys.iter().zip(["b", "c"]) {
+            let p = partition("T", key);
+            let h = d.inner.host_number(&Arc::from(holder));
+            d.inner
+                .part(p)
+                .table
+                .insert(&d.inner.hasher, "T", key, h, "stale");
+            let r = reg(&d, "a", key, "fresh");
+            assert_eq!(r.status, DirectoryStatus::Ok as i32);
+            let w = r.winner.unwrap();
+            assert_eq!(
+                (w.host_id.as_str(), w.activation_id.as_str()),
+                ("a", "fresh"),
+                "an entry naming {holder}, which cannot run a T actor, must not win"
+            );
+        }
+        // And a lookup evicts such an entry instead of routing calls to a host that refuses them.
+        let key = &keys[2];
+        let b = d.inner.host_number(&Arc::from("b"));
+        d.inner
+            .part(partition("T", key))
+            .table
+            .insert(&d.inner.hasher, "T", key, b, "stale");
+        let l = DirectoryHandler::lookup(
+            &d,
+            "a",
+            LookupRequest {
+                actor: Some(ActorRef {
+                    actor_type: "T".into(),
+                    key: key.clone(),
+                }),
+            },
+        )
+        .unwrap();
+        assert_eq!(l.status, DirectoryStatus::Ok as i32);
+        assert!(l.entry.is_none(), "{l:?}");
     }
 
     #[tokio::test]

@@ -35,6 +35,9 @@ pub struct PeerInfo {
     /// Registers at least one stateful type (or publishes no type list: "registers
     /// everything"). Only such hosts own partitions and hold claims.
     pub stateful: bool,
+    /// The stateful types it registers, sorted; `None` when it did not say (it may hold claims
+    /// of any type).
+    pub stateful_types: Option<Arc<[Arc<str>]>>,
 }
 
 impl PeerInfo {
@@ -50,7 +53,16 @@ impl PeerInfo {
             advertise: advertise.into(),
             status,
             stateful,
+            stateful_types: None,
         }
+    }
+
+    /// The same peer, registering exactly these stateful types.
+    pub fn with_stateful_types<S: AsRef<str>>(mut self, types: &[S]) -> Self {
+        let mut types: Vec<Arc<str>> = types.iter().map(|t| Arc::from(t.as_ref())).collect();
+        types.sort();
+        self.stateful_types = Some(types.into());
+        self
     }
 
     /// Active and stateful: eligible to own partitions.
@@ -61,6 +73,18 @@ impl PeerInfo {
     /// A host that may hold live activations: stateful and active or leaving.
     pub fn may_hold_claims(&self) -> bool {
         self.stateful && matches!(self.status, PeerStatus::Active | PeerStatus::Leaving)
+    }
+
+    /// Whether this host can hold a live activation of `actor_type`: it may hold claims, and
+    /// registers the type (or did not say which types it registers). A directory entry naming a
+    /// host that cannot is stale: that host has no app (it went back to `joining`) or no longer
+    /// registers the type, so it runs no such actor.
+    pub fn may_hold_claim_of(&self, actor_type: &str) -> bool {
+        self.may_hold_claims()
+            && self
+                .stateful_types
+                .as_ref()
+                .is_none_or(|types| types.binary_search_by(|t| (**t).cmp(actor_type)).is_ok())
     }
 }
 

@@ -87,7 +87,7 @@ pub fn dir_view(view: &MembershipView) -> DirView {
         view.hosts()
             .iter()
             .map(|h| {
-                PeerInfo::new(
+                let peer = PeerInfo::new(
                     h.id.as_str(),
                     h.advertise.as_str(),
                     match h.status {
@@ -96,7 +96,11 @@ pub fn dir_view(view: &MembershipView) -> DirView {
                         HostStatus::Leaving => PeerStatus::Leaving,
                     },
                     h.is_stateful(),
-                )
+                );
+                match (&h.types, &h.stateful_types) {
+                    (Some(_), Some(stateful)) => peer.with_stateful_types(stateful),
+                    _ => peer,
+                }
             })
             .collect(),
     )

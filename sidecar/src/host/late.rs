@@ -19,10 +19,12 @@ fn joining(host: &str) -> ActorError {
     ))
 }
 
-/// A gate that refuses everything until the cluster's gate is set.
+/// A gate that refuses everything until the cluster's gate is set, and again once the host
+/// fenced itself ([`LateGate::fence`]).
 pub struct LateGate {
     host: String,
     inner: OnceLock<Arc<dyn ActivationGate>>,
+    fenced: OnceLock<String>,
 }
 
 impl LateGate {
@@ -31,31 +33,54 @@ impl LateGate {
         LateGate {
             host: host.into(),
             inner: OnceLock::new(),
+            fenced: OnceLock::new(),
         }
     }
     /// Sets the cluster's gate (once).
     pub fn set(&self, gate: Arc<dyn ActivationGate>) {
         let _ = self.inner.set(gate);
     }
+    /// Refuses every turn and activation from now on (`fenced`), whatever the lease says: the
+    /// host stopped renewing its record and lets it lapse. Terminal.
+    pub fn fence(&self, reason: impl Into<String>) {
+        let _ = self.fenced.set(reason.into());
+    }
+    fn check_fenced(&self) -> Result<(), ActorError> {
+        match self.fenced.get() {
+            Some(reason) => Err(ActorError::fenced(format!(
+                "host {} is fenced ({reason}): it runs no more turns",
+                self.host
+            ))),
+            None => Ok(()),
+        }
+    }
 }
 
 #[async_trait]
 impl ActivationGate for LateGate {
     fn check_serving(&self) -> Result<(), ActorError> {
+        self.check_fenced()?;
         match self.inner.get() {
             Some(g) => g.check_serving(),
             None => Err(joining(&self.host)),
         }
     }
     fn check_accepting(&self) -> Result<(), ActorError> {
+        self.check_fenced()?;
         match self.inner.get() {
             Some(g) => g.check_accepting(),
             None => Err(joining(&self.host)),
         }
     }
-    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError> {
+    async fn claim(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError> {
+        self.check_fenced()?;
         match self.inner.get() {
-            Some(g) => g.claim(actor, activation_id).await,
+            Some(g) => g.claim(actor, activation_id, deadline).await,
             None => Err(joining(&self.host)),
         }
     }

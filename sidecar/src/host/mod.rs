@@ -136,7 +136,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
 pub enum StopKind {
     /// First SIGTERM/SIGINT: the full graceful sequence.
     Graceful,
-    /// A second signal: skip to a fast exit (still withdrawing the record).
+    /// A second signal: skip to a fast exit (withdrawing the record only if nothing is live).
     Fast,
 }
 
@@ -155,6 +155,7 @@ pub struct Host {
     /// The cluster, once joined.
     pub cluster: Arc<tokio::sync::OnceCell<ClusterParts>>,
     cfg: Config,
+    late_gate: Arc<LateGate>,
     listeners_down: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -284,7 +285,7 @@ impl Host {
                 opts,
                 state: state.clone(),
                 runtime: runtime.clone(),
-                late_gate,
+                late_gate: late_gate.clone(),
                 late_dispatcher,
                 listener,
                 provider: provider.expect("clustered hosts have a provider"),
@@ -332,6 +333,7 @@ impl Host {
             socket: cfg.socket.clone(),
             cluster: cluster_cell,
             cfg,
+            late_gate,
             listeners_down: down_tx,
             tasks,
         })
@@ -343,6 +345,20 @@ impl Host {
     }
 
     /// The graceful stop sequence (DESIGN.md §8), each step logged with its duration.
+    ///
+    /// The record is withdrawn only once nothing handed to the app is unanswered: every turn in
+    /// flight answered and every activation deactivated and released. A withdrawal tells peers
+    /// that this host unregistered its actors, so they re-activate them at once; if a turn or a
+    /// Deactivate turn is still running in the app (the drain or the deactivation timed out, or
+    /// a fast stop skipped them), that would be two activations running app code together.
+    /// Such a host instead fences itself and lets its record lapse: it stops renewing and
+    /// withdraws nothing, so peers treat it as crashed and wait TTL + margin since they last
+    /// saw it renew before they sweep its claims. This is the safer of the two ways out. Waiting
+    /// for the app's answers instead would hold the stop for as long as the app takes, possibly
+    /// forever, and the orchestrator's SIGKILL at the end of the grace period lands in the very
+    /// same lapse anyway; the lapse does not depend on this process living on or on the app
+    /// ever answering, it is the crash path every peer already handles, and a turn handed out
+    /// is bounded by the lease (its not-after), so it is over before any peer can expire us.
     pub async fn stop(self, kind: StopKind) {
         let t0 = Instant::now();
         self.state.set_leaving();
@@ -368,9 +384,10 @@ impl Host {
                 "in-flight turns"
             );
             let t = Instant::now();
-            self.runtime.deactivate_all(drain_deadline).await;
+            let deactivated = self.runtime.deactivate_all(drain_deadline).await;
             tracing::info!(
                 step = "deactivate",
+                deactivated,
                 ms = t.elapsed().as_millis() as u64,
                 "activations deactivated and unregistered"
             );
@@ -386,12 +403,29 @@ impl Host {
         }
         if let Some(c) = cluster {
             let t = Instant::now();
-            c.withdraw().await;
-            tracing::info!(
-                step = "withdraw",
-                ms = t.elapsed().as_millis() as u64,
-                "membership record withdrawn"
-            );
+            if self.runtime.is_quiet() {
+                c.withdraw().await;
+                tracing::info!(
+                    step = "withdraw",
+                    ms = t.elapsed().as_millis() as u64,
+                    "membership record withdrawn"
+                );
+            } else {
+                let reason = format!(
+                    "stopped with {} turn(s) still unanswered by the app and {} activation(s) \
+                     still holding their claims",
+                    self.runtime.in_flight(),
+                    self.runtime.lifecycles()
+                );
+                tracing::error!(step = "lapse", %reason,
+                    "not withdrawing the membership record: it is left to lapse (peers take \
+                     over after TTL + margin); raise SIGX_DRAIN_TIMEOUT_MS or make the app \
+                     answer its turns sooner");
+                self.late_gate.fence(reason.clone());
+                self.state.set_fenced(reason);
+                c.membership.abort();
+                self.runtime.drop_all();
+            }
         }
         let _ = self.listeners_down.send(true);
         // Give the servers a moment to send GOAWAY and finish answered streams.

@@ -314,14 +314,18 @@ impl Router {
                 Ok(bytes) => return Ok(bytes),
                 Err(e) => e,
             };
+            // Only an answer the loop would have acted on (a retry, a wait: proof the call never
+            // ran) becomes `timeout` at the deadline, since the deadline is what ended the
+            // routing. Any other answer arrived and says what happened (`app`, `fenced`, ...):
+            // it reaches the caller unchanged, however late.
+            let would_retry = err.kind.is_retryable_route();
+            if !would_retry {
+                return Err(err);
+            }
             if Instant::now() >= deadline {
-                return Err(if err.kind == ErrorKind::Timeout {
-                    err
-                } else {
-                    ActorError::timeout(format!(
-                        "call {actor}.{method} passed its deadline while routing (last answer: {err})"
-                    ))
-                });
+                return Err(ActorError::timeout(format!(
+                    "call {actor}.{method} passed its deadline while routing (last answer: {err})"
+                )));
             }
             // A host that refuses connections but is still in the view has most likely crashed
             // and not yet expired: its actors move once membership drops it (TTL + margin). The
@@ -356,9 +360,6 @@ impl Router {
                 hint = err.owner_hint.clone();
                 tokio::time::sleep_until((Instant::now() + after).min(deadline)).await;
                 continue;
-            }
-            if !err.kind.is_retryable_route() {
-                return Err(err);
             }
             self.routes.evict(actor);
             let counter = match err.kind {

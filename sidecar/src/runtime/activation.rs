@@ -10,7 +10,7 @@
 
 use super::registry::ActorType;
 use super::session::{AppSession, TurnKind, TurnOutcome};
-use super::{ActorId, InFlight, Runtime};
+use super::{ActorId, InFlight, Lifecycle, Runtime};
 use bytes::Bytes;
 use sigx_proto::{ActorError, ErrorKind, v1};
 use std::pin::Pin;
@@ -55,10 +55,13 @@ impl Shared {
 
     fn closed_error(&self, actor: &ActorId) -> ActorError {
         self.ended().unwrap_or_else(|| {
+            // The actor is moving (deactivated here, about to be released): a handoff, so
+            // the routing loop waits a moment within the deadline rather than spending a retry.
             ActorError::wrong_host(format!(
                 "{actor} was deactivated on this host before the call ran: it never ran; \
                  re-place it"
             ))
+            .with_retry_after(std::time::Duration::from_millis(20))
         })
     }
 }
@@ -71,13 +74,15 @@ pub(crate) struct Activation {
 }
 
 impl Activation {
-    /// Spawns the activation's task. The caller inserts the entry into the table.
+    /// Spawns the activation's task, which claims the actor until `claim_deadline` (that of
+    /// the call that asked for it). The caller inserts the entry into the table.
     pub(crate) fn spawn(
         rt: Runtime,
         app: Arc<AppSession>,
         actor: ActorId,
         activation_id: Arc<str>,
         ty: ActorType,
+        claim_deadline: Instant,
     ) -> Activation {
         let (stop_tx, stop_rx) = oneshot::channel();
         let shared = Arc::new(Shared {
@@ -90,10 +95,15 @@ impl Activation {
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
+        let lifecycle = Lifecycle::new(&rt);
         tokio::spawn(async move {
+            let _lifecycle = lifecycle;
             let span = tracing::info_span!("activation", actor = %actor, activation = %id);
-            tracing::Instrument::instrument(run(rt, task_shared, actor, id, ty, stop_rx), span)
-                .await;
+            tracing::Instrument::instrument(
+                run(rt, task_shared, actor, id, ty, claim_deadline, stop_rx),
+                span,
+            )
+            .await;
         });
         Activation {
             activation_id,
@@ -306,6 +316,39 @@ impl Drop for RunningTurn {
     }
 }
 
+/// Awaits a lifecycle turn (Activate, Deactivate) until the app answers it. At `deadline` it
+/// counts a timeout, warns and runs `overrun` (which answers the waiting callers), and then keeps
+/// waiting: the activation holds its claim, and counts as a turn in flight, until the app has
+/// answered, exactly like a method turn whose caller gave up. Releasing the claim at the
+/// deadline would let another host (or this one) activate the actor while this app still runs
+/// its lifecycle code. The flag says whether the deadline passed first. An app that goes away
+/// answers every pending turn (`outcome-unknown`), so this never outlives the app.
+async fn lifecycle_turn<F>(
+    rt: &Runtime,
+    actor: &ActorId,
+    what: &str,
+    deadline: Instant,
+    turn: F,
+    overrun: impl FnOnce(),
+) -> (TurnOutcome, bool)
+where
+    F: std::future::Future<Output = TurnOutcome> + Send,
+{
+    let _in_flight = InFlight::new(rt);
+    let mut turn = std::pin::pin!(turn);
+    tokio::select! {
+        biased;
+        outcome = &mut turn => return (outcome, false),
+        _ = tokio::time::sleep_until(deadline) => {}
+    }
+    rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+    tracing::warn!(actor = %actor, turn = what,
+        "lifecycle turn overran its timeout (SIGX_CALL_TIMEOUT_MS): the activation keeps its \
+         claim until the app answers it");
+    overrun();
+    (turn.await, true)
+}
+
 /// Removes this activation from the table if it is still the one recorded there.
 fn remove_self(rt: &Runtime, actor: &ActorId, activation_id: &Arc<str>) {
     let mut table = rt.inner.activations.lock().expect("activations lock");
@@ -323,6 +366,7 @@ async fn run(
     actor: ActorId,
     activation_id: Arc<str>,
     ty: ActorType,
+    claim_deadline: Instant,
     mut stop_rx: oneshot::Receiver<oneshot::Sender<()>>,
 ) {
     let gate = rt.inner.gate.clone();
@@ -335,39 +379,61 @@ async fn run(
     };
 
     // Rule 1: register before activate.
-    if let Err(e) = gate.claim(&actor, &activation_id).await {
+    if let Err(e) = gate.claim(&actor, &activation_id, claim_deadline).await {
         fail(e);
         return;
     }
-    let activate = async {
-        gate.check_serving()?;
-        let deadline = Instant::now() + lifecycle;
-        let turn = app.start_turn(
-            &actor,
-            &activation_id,
-            TurnKind::Activate,
-            deadline,
-            Instant::now(),
-        );
-        match rt.run_timed(&actor, "<activate>", deadline, turn).await {
-            Some(Ok(_)) => Ok(()),
-            Some(Err(e)) => Err(ActorError::new(
-                if e.kind == ErrorKind::App {
-                    ErrorKind::App
-                } else {
-                    e.kind
-                },
-                format!("activation of {actor} failed: {}", e.message),
-            )),
-            None => Err(ActorError::timeout(format!(
-                "activation of {actor} did not finish within {lifecycle:?}"
-            ))),
-        }
-    };
-    if let Err(e) = activate.await {
+    if let Err(e) = gate.check_serving() {
         fail(e);
         gate.release(&actor, &activation_id).await;
         return;
+    }
+    let deadline = Instant::now() + lifecycle;
+    let turn = app.start_turn(
+        &actor,
+        &activation_id,
+        TurnKind::Activate,
+        deadline,
+        Instant::now(),
+    );
+    let overrun = || {
+        fail(ActorError::timeout(format!(
+            "activation of {actor} did not finish within {lifecycle:?}"
+        )))
+    };
+    let (outcome, overran) =
+        lifecycle_turn(&rt, &actor, "<activate>", deadline, turn, overrun).await;
+    match outcome {
+        Ok(_) if !overran => {}
+        Ok(_) => {
+            // The app activated the actor after its callers were told it timed out: it holds
+            // an instance now, so end it the regular way before the claim goes.
+            if gate.check_serving().is_ok() {
+                let deadline = Instant::now() + lifecycle;
+                let turn = app.start_turn(
+                    &actor,
+                    &activation_id,
+                    TurnKind::Deactivate(v1::DeactivateReason::Shutdown),
+                    deadline,
+                    Instant::now(),
+                );
+                let (outcome, _) =
+                    lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+                if let Err(e) = outcome {
+                    tracing::warn!(error = %e, "deactivate turn of a late activation failed");
+                }
+            }
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
+        Err(e) => {
+            fail(ActorError::new(
+                e.kind,
+                format!("activation of {actor} failed: {}", e.message),
+            ));
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
     }
     rt.inner
         .counters
@@ -448,7 +514,8 @@ async fn run(
             deadline,
             Instant::now(),
         );
-        if let Some(Err(e)) = rt.run_timed(&actor, "<deactivate>", deadline, turn).await {
+        let (outcome, _) = lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+        if let Err(e) = outcome {
             tracing::warn!(error = %e, "deactivate turn failed");
         }
     }

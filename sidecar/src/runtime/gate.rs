@@ -6,6 +6,7 @@
 use super::ActorId;
 use async_trait::async_trait;
 use sigx_proto::ActorError;
+use tokio::time::Instant;
 
 /// Asked by the runtime at every activation and every turn dispatch.
 #[async_trait]
@@ -22,11 +23,18 @@ pub trait ActivationGate: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Claims `actor` for this host under `activation_id` before it is activated (Rule 1). On
-    /// success the activation counts as live for the directory until [`ActivationGate::release`].
-    /// An error aborts the activation and is returned to the caller (e.g. `wrong-host` naming the
-    /// winner when another host holds the actor).
-    async fn claim(&self, actor: &ActorId, activation_id: &str) -> Result<(), ActorError>;
+    /// Claims `actor` for this host under `activation_id` before it is activated (Rule 1),
+    /// trying until `deadline`: the deadline of the call that asked for the activation, so a
+    /// claim gives up when nobody waits for it any more. On success the activation counts as
+    /// live for the directory until [`ActivationGate::release`]. An error aborts the activation
+    /// and is returned to the caller (e.g. `wrong-host` naming the winner when another host
+    /// holds the actor).
+    async fn claim(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+        deadline: Instant,
+    ) -> Result<(), ActorError>;
 
     /// The activation ended (deactivated, dropped, or failed to activate): release the claim.
     async fn release(&self, actor: &ActorId, activation_id: &str);
@@ -41,7 +49,12 @@ impl ActivationGate for OpenGate {
     fn check_serving(&self) -> Result<(), ActorError> {
         Ok(())
     }
-    async fn claim(&self, _actor: &ActorId, _activation_id: &str) -> Result<(), ActorError> {
+    async fn claim(
+        &self,
+        _actor: &ActorId,
+        _activation_id: &str,
+        _deadline: Instant,
+    ) -> Result<(), ActorError> {
         Ok(())
     }
     async fn release(&self, _actor: &ActorId, _activation_id: &str) {}

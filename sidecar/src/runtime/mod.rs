@@ -138,6 +138,9 @@ pub(crate) struct Inner {
     next_activation: AtomicU64,
     /// Turns dispatched and not yet answered (for draining).
     pub(crate) in_flight: watch::Sender<u64>,
+    /// Activation tasks still running: from the claim to the release of the claim, which comes
+    /// only after the app answered its last lifecycle turn.
+    pub(crate) lifecycles: watch::Sender<u64>,
 }
 
 /// The local actor runtime of one host.
@@ -192,6 +195,7 @@ impl Runtime {
                 next_session: AtomicU64::new(1),
                 next_activation: AtomicU64::new(1),
                 in_flight: watch::channel(0).0,
+                lifecycles: watch::channel(0).0,
             }),
         }
     }
@@ -418,6 +422,7 @@ impl Runtime {
                         actor.clone(),
                         activation_id,
                         ty,
+                        deadline,
                     );
                     let caller = activation.enter();
                     table.insert(actor.clone(), activation);
@@ -559,13 +564,36 @@ impl Runtime {
     }
 
     /// Deactivates every activation (Deactivate turns, then the gate's release), waiting up to
-    /// `deadline`. Used by the graceful stop.
-    pub async fn deactivate_all(&self, deadline: Instant) {
+    /// `deadline`. Used by the graceful stop. True when every activation has ended and released
+    /// its claim in time; false when some app turn (a method turn or a Deactivate) is still
+    /// unanswered, so that activation still holds its claim.
+    pub async fn deactivate_all(&self, deadline: Instant) -> bool {
         let mut done = Vec::new();
         for a in self.take_all_sorted() {
             done.push(a.stop());
         }
         let _ = tokio::time::timeout_at(deadline, futures::future::join_all(done)).await;
+        // Activations that were no longer in the table (ending idle, or awaiting the late
+        // answer of a lifecycle turn) hold their claims too: wait for them as well.
+        let mut lifecycles = self.inner.lifecycles.subscribe();
+        let mut in_flight = self.inner.in_flight.subscribe();
+        let quiet = async {
+            let _ = lifecycles.wait_for(|n| *n == 0).await;
+            let _ = in_flight.wait_for(|n| *n == 0).await;
+        };
+        tokio::time::timeout_at(deadline, quiet).await.is_ok() && self.is_quiet()
+    }
+
+    /// Activation tasks still running (claimed and not yet released).
+    pub fn lifecycles(&self) -> u64 {
+        *self.inner.lifecycles.borrow()
+    }
+
+    /// No turn in flight and no activation holding a claim: nothing handed to the app is still
+    /// unanswered, so withdrawing the membership record cannot let a peer re-activate an actor
+    /// whose turn this host's app is still running.
+    pub fn is_quiet(&self) -> bool {
+        self.in_flight() == 0 && self.lifecycles() == 0
     }
 }
 
@@ -602,5 +630,22 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.inner.in_flight.send_modify(|n| *n -= 1);
+    }
+}
+
+/// Counts an activation's task from its spawn until it has released its claim (also when the
+/// task is aborted or panics).
+pub(crate) struct Lifecycle(Runtime);
+
+impl Lifecycle {
+    pub(crate) fn new(rt: &Runtime) -> Self {
+        rt.inner.lifecycles.send_modify(|n| *n += 1);
+        Lifecycle(rt.clone())
+    }
+}
+
+impl Drop for Lifecycle {
+    fn drop(&mut self) {
+        self.0.inner.lifecycles.send_modify(|n| *n -= 1);
     }
 }

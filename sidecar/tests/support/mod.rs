@@ -73,6 +73,24 @@ pub enum Behaviour {
     Hang,
 }
 
+/// The behaviour key of Activate turns (answered at once when absent).
+pub const ACTIVATE: &str = "<activate>";
+/// The behaviour key of Deactivate turns (answered at once when absent).
+pub const DEACTIVATE: &str = "<deactivate>";
+
+/// Runs a lifecycle turn as its behaviour says (none: answer at once).
+async fn lifecycle_turn(b: Option<&Behaviour>) -> Result<Bytes, String> {
+    match b {
+        None => Ok(Bytes::new()),
+        Some(Behaviour::SleepEcho(d)) => {
+            tokio::time::sleep(*d).await;
+            Ok(Bytes::new())
+        }
+        Some(Behaviour::Fail(m)) => Err(m.clone()),
+        Some(Behaviour::Hang) => futures::future::pending().await,
+    }
+}
+
 /// A raw-protocol test app.
 pub struct TestApp {
     pub events: Arc<Mutex<Vec<Event>>>,
@@ -134,10 +152,14 @@ impl TestApp {
                     let actor = turn.actor.clone().unwrap();
                     let actor = format!("{}/{}", actor.actor_type, actor.key);
                     let (what, outcome) = match turn.kind.clone().unwrap() {
-                        v1::turn::Kind::Activate(_) => ("activate".to_string(), Ok(Bytes::new())),
-                        v1::turn::Kind::Deactivate(_) => {
-                            ("deactivate".to_string(), Ok(Bytes::new()))
-                        }
+                        v1::turn::Kind::Activate(_) => (
+                            "activate".to_string(),
+                            lifecycle_turn(behaviour.get(ACTIVATE)).await,
+                        ),
+                        v1::turn::Kind::Deactivate(_) => (
+                            "deactivate".to_string(),
+                            lifecycle_turn(behaviour.get(DEACTIVATE)).await,
+                        ),
                         v1::turn::Kind::Invoke(inv) => {
                             let b = behaviour
                                 .get(&inv.method)
@@ -179,6 +201,10 @@ impl TestApp {
                     });
                 });
             }
+            // The stream ended, but the app is a process of its own: turns it is running go
+            // on to their end (their answers have nowhere to go), as a real app's would.
+            drop(_ended);
+            while turns.join_next().await.is_some() {}
         });
         Ok(TestApp {
             events,
