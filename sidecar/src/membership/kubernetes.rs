@@ -3,12 +3,23 @@
 //! * name = host id; labels `actors.sigx.dev/cluster` and `actors.sigx.dev/role`; the
 //!   descriptor as JSON in the `actors.sigx.dev/descriptor` annotation (and the exact TTL in
 //!   `actors.sigx.dev/lease-ttl-ms`, since `leaseDurationSeconds` is whole seconds);
-//!   `holderIdentity` = host id; `leaseDurationSeconds` = TTL rounded up; `renewTime` on every
-//!   write; an owner reference to the Pod when `POD_UID` is known, so the garbage collector
-//!   deletes the Lease with its Pod.
-//! * Renewal is a PUT carrying the `resourceVersion` we last wrote. A 409 re-reads the Lease:
-//!   gone or held by someone else is proof of loss (`lost()`); still ours, we retry with the
-//!   fresh version.
+//!   `holderIdentity` = `<host-id>/<incarnation>` (one identity, one process: the incarnation
+//!   is drawn when the provider is made); `leaseDurationSeconds` = TTL rounded up; `renewTime`
+//!   on every write; an owner reference to the Pod when `POD_UID` is known, so the garbage
+//!   collector deletes the Lease with its Pod.
+//! * Renewal is a PUT carrying the `resourceVersion` we last wrote **and the `metadata.uid` of
+//!   the Lease we created**. Why the uid: Leases are `AllowCreateOnUpdate`, so on a real API
+//!   server a PUT on a deleted Lease *creates it again* (the create path ignores the
+//!   resourceVersion), and a host whose Lease was deleted under it (Pod GC after a force
+//!   delete, `kubectl delete lease`, a peer's expiry) would renew happily and bring its id back.
+//!   The uid is the one update precondition the server honours: against a deleted Lease the PUT
+//!   is a 409 "Precondition failed: UID in precondition: …", against a re-created one likewise.
+//!   So renewals never re-create a record. A 409 re-reads the Lease: gone, another uid, or
+//!   another holder is proof of loss (`lost()`), and the host fences; still ours (someone
+//!   touched a label), we retry with the fresh version.
+//! * Join creates the Lease (POST). An existing Lease held by another incarnation is refused
+//!   ([`ProviderError::Conflict`]), never taken over; one we hold (a worker-only host rejoining
+//!   in the same process) is replaced with our uid as precondition.
 //! * Peers list + watch the Leases by the cluster label (kube's `watcher`, which re-lists on
 //!   410 Gone); the engine judges expiry on its own monotonic clock since it last saw
 //!   `renewTime` change, confirms with a plain GET, and deletes with a `resourceVersion`
@@ -197,6 +208,9 @@ struct Shared {
 #[derive(Default)]
 struct Own {
     resource_version: Option<String>,
+    /// The `metadata.uid` of the Lease we created (or, rejoining, the one we hold): the
+    /// precondition of every PUT and DELETE of ours.
+    uid: Option<String>,
     ttl: Duration,
     acquired: Option<Timestamp>,
     last_renew: Option<Timestamp>,
@@ -207,6 +221,8 @@ pub struct KubernetesProvider {
     api: Api<Lease>,
     opts: KubernetesOptions,
     host_id: String,
+    /// Our holder identity, `<host-id>/<incarnation>`.
+    holder: String,
     clock: SharedClock,
     own: Mutex<Own>,
     shared: Arc<Shared>,
@@ -307,19 +323,39 @@ impl Backoff for WatchBackoff {
 }
 
 impl KubernetesProvider {
-    /// A provider for host `host_id` publishing under `opts`. Validates the options (named
-    /// errors before anything binds); the watch starts when the engine subscribes.
+    /// A provider for host `host_id` publishing under `opts`, as a new incarnation (a random
+    /// nonce). Validates the options (named errors before anything binds); the watch starts
+    /// when the engine subscribes.
     pub fn new(
         client: kube::Client,
         opts: KubernetesOptions,
         host_id: impl Into<String>,
         clock: SharedClock,
     ) -> Result<Arc<Self>, KubernetesConfigError> {
+        Self::new_as(
+            client,
+            opts,
+            host_id,
+            &super::provider::random_incarnation(),
+            clock,
+        )
+    }
+
+    /// Like [`KubernetesProvider::new`], as the given incarnation (deterministic tests).
+    pub fn new_as(
+        client: kube::Client,
+        opts: KubernetesOptions,
+        host_id: impl Into<String>,
+        incarnation: &str,
+        clock: SharedClock,
+    ) -> Result<Arc<Self>, KubernetesConfigError> {
         opts.validate()?;
+        let host_id = host_id.into();
         Ok(Arc::new(KubernetesProvider {
             api: Api::namespaced(client, &opts.namespace),
             opts,
-            host_id: host_id.into(),
+            holder: super::provider::holder_identity(&host_id, incarnation),
+            host_id,
             clock,
             own: Mutex::new(Own::default()),
             shared: Arc::new(Shared {
@@ -377,10 +413,12 @@ impl KubernetesProvider {
                     }]
                 }),
                 resource_version: own.resource_version.clone(),
+                // The update precondition the server honours: never re-create a deleted Lease.
+                uid: own.uid.clone(),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
-                holder_identity: Some(self.host_id.clone()),
+                holder_identity: Some(self.holder.clone()),
                 lease_duration_seconds: Some(ttl_secs),
                 acquire_time: Some(MicroTime(acquired)),
                 renew_time: Some(MicroTime(renew)),
@@ -394,8 +432,36 @@ impl KubernetesProvider {
         let version = rv
             .parse::<u64>()
             .map_err(|_| malformed(&self.host_id, "resourceVersion is not a number"))?;
-        self.own.lock().expect("own lock").resource_version = Some(rv);
+        let mut own = self.own.lock().expect("own lock");
+        match (&own.uid, &lease.metadata.uid) {
+            // The first write (a create): remember which Lease is ours.
+            (None, uid) => own.uid = uid.clone(),
+            // A write that answered with another Lease than ours would mean the server created
+            // one: never count it as a renewal.
+            (Some(ours), Some(uid)) if ours != uid => {
+                return Err(ProviderError::Lost {
+                    provider: KIND,
+                    cause: LostCause::Replaced,
+                });
+            }
+            _ => {}
+        }
+        own.resource_version = Some(rv);
         Ok(version)
+    }
+
+    /// Why a fresh read of our Lease, taken after a 409, proves it is no longer ours: gone, not
+    /// the Lease we created (another uid), or held by another incarnation. None: still ours.
+    fn loss_in(&self, current: Option<&Lease>) -> Option<LostCause> {
+        let Some(l) = current else {
+            return Some(LostCause::Gone);
+        };
+        let ours = self.own.lock().expect("own lock").uid.clone();
+        if ours.is_some() && l.metadata.uid != ours {
+            return Some(LostCause::Replaced);
+        }
+        let holder = Self::holder_of(l);
+        (holder != self.holder).then_some(LostCause::HolderChanged { holder })
     }
 
     fn holder_of(lease: &Lease) -> String {
@@ -474,12 +540,17 @@ impl MembershipProvider for KubernetesProvider {
         KIND
     }
 
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         let pp = PostParams::default();
         let lease = {
             let mut own = self.own.lock().expect("own lock");
             own.ttl = ttl;
             own.resource_version = None;
+            own.uid = None;
             own.acquired = None;
             self.lease(descriptor, &mut own)
         };
@@ -503,7 +574,9 @@ impl MembershipProvider for KubernetesProvider {
             return self.written(&created);
         };
         let holder = Self::holder_of(&existing);
-        if holder != self.host_id {
+        if holder != self.holder {
+            // Another incarnation's Lease (a second process with our host id): refused, never
+            // taken over.
             return Err(ProviderError::Conflict {
                 provider: KIND,
                 id: descriptor.id.clone(),
@@ -513,6 +586,7 @@ impl MembershipProvider for KubernetesProvider {
         let lease = {
             let mut own = self.own.lock().expect("own lock");
             own.resource_version = existing.metadata.resource_version.clone();
+            own.uid = existing.metadata.uid.clone();
             self.lease(descriptor, &mut own)
         };
         let replaced = self
@@ -536,33 +610,23 @@ impl MembershipProvider for KubernetesProvider {
                     });
                 }
                 Err(e) if api_code(&e) == Some(409) => {
-                    // Conflict: re-read. Gone or someone else's is proof of loss.
+                    // Conflict: a stale resourceVersion, or the uid precondition failed (the
+                    // Lease was deleted, or deleted and re-created). Only a fresh read tells:
+                    // gone, another uid or another holder is proof of loss.
                     let current = self
                         .api
                         .get_opt(&descriptor.id)
                         .await
                         .map_err(|e| unavailable("renew", e))?;
-                    match current {
-                        None => {
-                            return Err(ProviderError::Lost {
-                                provider: KIND,
-                                cause: LostCause::Gone,
-                            });
-                        }
-                        Some(l) if Self::holder_of(&l) != self.host_id => {
-                            return Err(ProviderError::Lost {
-                                provider: KIND,
-                                cause: LostCause::HolderChanged {
-                                    holder: Self::holder_of(&l),
-                                },
-                            });
-                        }
-                        Some(l) => {
-                            // Still ours (someone touched labels, say): retry on its version.
-                            self.own.lock().expect("own lock").resource_version =
-                                l.metadata.resource_version.clone();
-                        }
+                    if let Some(cause) = self.loss_in(current.as_ref()) {
+                        return Err(ProviderError::Lost {
+                            provider: KIND,
+                            cause,
+                        });
                     }
+                    // Still ours (someone touched labels, say): retry on its version.
+                    self.own.lock().expect("own lock").resource_version =
+                        current.and_then(|l| l.metadata.resource_version);
                 }
                 Err(e) => return Err(unavailable("renew", e)),
             }
@@ -575,11 +639,14 @@ impl MembershipProvider for KubernetesProvider {
 
     async fn withdraw(&self) -> Result<(), ProviderError> {
         for _ in 0..3 {
-            let rv = self.own.lock().expect("own lock").resource_version.clone();
+            let (rv, uid) = {
+                let own = self.own.lock().expect("own lock");
+                (own.resource_version.clone(), own.uid.clone())
+            };
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
                     resource_version: rv,
-                    uid: None,
+                    uid,
                 }),
                 ..Default::default()
             };
@@ -587,19 +654,17 @@ impl MembershipProvider for KubernetesProvider {
                 Ok(_) => return Ok(()),
                 Err(e) if api_code(&e) == Some(404) => return Ok(()),
                 Err(e) if api_code(&e) == Some(409) => {
-                    match self
+                    let current = self
                         .api
                         .get_opt(&self.host_id)
                         .await
-                        .map_err(|e| unavailable("withdraw", e))?
-                    {
-                        Some(l) if Self::holder_of(&l) == self.host_id => {
-                            self.own.lock().expect("own lock").resource_version =
-                                l.metadata.resource_version.clone();
-                        }
+                        .map_err(|e| unavailable("withdraw", e))?;
+                    if self.loss_in(current.as_ref()).is_some() {
                         // Gone, or not ours any more: nothing of ours to withdraw.
-                        _ => return Ok(()),
+                        return Ok(());
                     }
+                    self.own.lock().expect("own lock").resource_version =
+                        current.and_then(|l| l.metadata.resource_version);
                 }
                 Err(e) => return Err(unavailable("withdraw", e)),
             }
