@@ -159,3 +159,122 @@ async fn a_row_rewritten_by_another_incarnation_fences_its_host() {
         }))
     );
 }
+
+mod support;
+
+/// A free local TCP port (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Sidecar {
+    child: tokio::process::Child,
+    socket: PathBuf,
+    health: std::net::SocketAddr,
+    log: PathBuf,
+}
+
+/// A real `sigx-sidecar` process on the shared SQLite file, under `host_id`.
+fn sidecar(dir: &Path, name: &str, host_id: &str) -> Sidecar {
+    let socket = dir.join(format!("{name}.sock"));
+    let health: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let mesh = format!("127.0.0.1:{}", free_port());
+    let log = dir.join(format!("{name}.log"));
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sigx-sidecar"))
+        .env_clear()
+        .env("SIGX_LOG", "info")
+        .args(["--membership", "sqlite", "--host-id", host_id])
+        .arg("--sqlite-path")
+        .arg(dir.join("membership.db"))
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--health-addr", &health.to_string()])
+        .args(["--mesh-addr", &mesh, "--advertise", &mesh])
+        .args(["--secret", "identity-test-secret"])
+        .args(["--beat-ms", "100", "--ttl-ms", "600"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn sigx-sidecar");
+    Sidecar {
+        child,
+        socket,
+        health,
+        log,
+    }
+}
+
+async fn attach_app(s: &Sidecar) -> support::TestApp {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !s.socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the sidecar never made its socket"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let register = sigx_proto::v1::Register {
+        actors: vec![support::actor_spec("Counter", false, 0)],
+        workers: vec![],
+        app_name: "identity".into(),
+    };
+    support::TestApp::start(&s.socket, register, Default::default())
+        .await
+        .expect("the app registers")
+}
+
+/// Two real `sigx-sidecar` processes started with the same `--host-id` on one SQLite file: the
+/// second is refused (it never becomes ready, and says why, naming the id and the holder), while
+/// the first keeps its lease and keeps serving calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_with_one_host_id_the_second_is_refused_the_first_keeps_serving() {
+    let dir = TempDir::new("processes");
+    let mut first = sidecar(&dir.0, "first", "dup");
+    let _first_app = attach_app(&first).await;
+    support::wait_ready(first.health, Duration::from_secs(20)).await;
+    let mut calls = support::client(&first.socket).await;
+    support::call(&mut calls, "Counter", "k", "echo", b"1", 5_000)
+        .await
+        .expect("the first process serves");
+    let probe = SqliteProvider::open(&opts(&dir.db()), "probe").unwrap();
+    let holder = probe.read("dup").await.unwrap().expect("a row").holder;
+    assert!(holder.starts_with("dup/"), "{holder}");
+
+    let mut second = sidecar(&dir.0, "second", "dup");
+    let _second_app = attach_app(&second).await;
+    // The refusal is logged, naming the id and the first process's holder.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = std::fs::read_to_string(&second.log).unwrap_or_default();
+        if log.contains("\"dup\" is held by") && log.contains(&holder) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second process never reported the conflict:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Several TTLs later: the second never became ready, the first never fenced.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_ne!(support::http_get(second.health, "/readyz").await, 200);
+        assert_eq!(support::http_get(first.health, "/readyz").await, 200);
+        assert_eq!(support::http_get(first.health, "/livez").await, 200);
+    }
+    support::call(&mut calls, "Counter", "k", "echo", b"2", 5_000)
+        .await
+        .expect("the first process still serves");
+    assert_eq!(probe.read("dup").await.unwrap().unwrap().holder, holder);
+    assert!(
+        first.child.try_wait().unwrap().is_none(),
+        "the first exited"
+    );
+    let _ = second.child.start_kill();
+    let _ = first.child.start_kill();
+}
