@@ -39,25 +39,24 @@
 
 use super::descriptor::HostDescriptor;
 use super::heartbeat::LostCause;
-use super::provider::{
-    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
-};
+use super::provider::{ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError};
 use crate::clock::SharedClock;
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, Event};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{debug, warn};
+
+mod lease_watch;
+mod options;
+
+use lease_watch::{Cache, Shared};
+pub use options::{KubernetesConfigError, KubernetesOptions};
 
 const KIND: &str = "kubernetes";
 /// Label naming the ActorCluster a Lease belongs to.
@@ -68,142 +67,6 @@ pub const ROLE_LABEL: &str = "actors.sigx.dev/role";
 pub const DESCRIPTOR_ANNOTATION: &str = "actors.sigx.dev/descriptor";
 /// Annotation holding the exact lease TTL in milliseconds.
 pub const TTL_ANNOTATION: &str = "actors.sigx.dev/lease-ttl-ms";
-/// Local change-log entries kept; an older cursor reads the cache as a snapshot.
-const LOG_KEEP: usize = 4096;
-
-/// Where and as whom the host publishes its Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesOptions {
-    /// The namespace of the Leases (the pod's namespace, `POD_NAMESPACE`).
-    pub namespace: String,
-    /// The ActorCluster name (label `actors.sigx.dev/cluster`).
-    pub cluster: String,
-    /// The ActorRole name (label `actors.sigx.dev/role`).
-    pub role: String,
-    /// The pod name (`POD_NAME`): the owner of the Lease.
-    pub pod_name: String,
-    /// The pod UID (`POD_UID`); without it the Lease has no owner reference and outlives a
-    /// deleted pod until a peer expires it.
-    pub pod_uid: Option<String>,
-    /// Cap of the watch's reconnect backoff (default 2 s).
-    pub watch_backoff_max: Duration,
-}
-
-/// Kubernetes mode cannot start; reported before anything binds.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KubernetesConfigError {
-    /// A piece of pod identity the Lease needs is missing.
-    #[error(
-        "kubernetes membership needs the pod's {what}: set {var} from the downward API \
-         (fieldRef: {field})"
-    )]
-    MissingPodIdentity {
-        /// What is missing.
-        what: &'static str,
-        /// The environment variable that carries it.
-        var: &'static str,
-        /// The downward-API field to fill it from.
-        field: &'static str,
-    },
-    /// The cluster name is missing.
-    #[error("kubernetes membership needs the ActorCluster name (SIGX_CLUSTER)")]
-    MissingCluster,
-}
-
-impl KubernetesOptions {
-    /// Checks that every piece of identity is present.
-    pub fn validate(&self) -> Result<(), KubernetesConfigError> {
-        if self.pod_name.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingPodIdentity {
-                what: "name",
-                var: "POD_NAME",
-                field: "metadata.name",
-            });
-        }
-        if self.namespace.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingPodIdentity {
-                what: "namespace",
-                var: "POD_NAMESPACE",
-                field: "metadata.namespace",
-            });
-        }
-        if self.cluster.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingCluster);
-        }
-        Ok(())
-    }
-
-    /// The label selector of this cluster's Leases.
-    pub fn selector(&self) -> String {
-        format!("{CLUSTER_LABEL}={}", self.cluster)
-    }
-}
-
-/// The watch's materialized Leases plus a local, ordered log of what changed.
-#[derive(Default)]
-struct Cache {
-    seq: u64,
-    records: BTreeMap<String, LeaseRecord>,
-    log: VecDeque<(u64, Change)>,
-    /// The seq of the last re-list: an older cursor must read a snapshot.
-    reset_at: u64,
-    synced: bool,
-}
-
-impl Cache {
-    fn push(&mut self, change: Change) {
-        self.seq += 1;
-        match &change {
-            Change::Upsert(r) => {
-                self.records.insert(r.id().to_string(), r.clone());
-            }
-            Change::Delete { id, .. } => {
-                self.records.remove(id);
-            }
-        }
-        self.log.push_back((self.seq, change));
-        while self.log.len() > LOG_KEEP {
-            self.log.pop_front();
-        }
-    }
-
-    fn reset(&mut self, records: BTreeMap<String, LeaseRecord>) {
-        self.seq += 1;
-        self.records = records;
-        self.log.clear();
-        self.reset_at = self.seq;
-        self.synced = true;
-    }
-
-    fn since(&self, cursor: Option<u64>) -> ChangeBatch {
-        let oldest = self.log.front().map(|(s, _)| *s).unwrap_or(self.seq + 1);
-        match cursor {
-            Some(c)
-                if c >= self.reset_at && c <= self.seq && (c + 1 >= oldest || c == self.seq) =>
-            {
-                ChangeBatch::Changes {
-                    changes: self
-                        .log
-                        .iter()
-                        .filter(|(s, _)| *s > c)
-                        .map(|(_, ch)| ch.clone())
-                        .collect(),
-                    cursor: self.seq,
-                }
-            }
-            _ => ChangeBatch::Snapshot {
-                records: self.records.values().cloned().collect(),
-                cursor: self.seq,
-            },
-        }
-    }
-}
-
-struct Shared {
-    cache: Mutex<Cache>,
-    notify: watch::Sender<u64>,
-    synced: watch::Sender<bool>,
-}
 
 #[derive(Default)]
 struct Own {
@@ -298,28 +161,6 @@ pub fn record_of(lease: &Lease) -> Result<LeaseRecord, ProviderError> {
         ttl,
         version,
     })
-}
-
-/// A capped exponential backoff for the watch's reconnects (kube's default waits up to 30 s,
-/// far past a membership TTL).
-struct WatchBackoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        Some(d)
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Duration::from_millis(50).min(self.max);
-    }
 }
 
 impl KubernetesProvider {
@@ -473,63 +314,13 @@ impl KubernetesProvider {
     }
 
     fn start_watch(&self) {
-        let shared = self.shared.clone();
-        let api = self.api.clone();
-        let cfg = watcher::Config::default().labels(&self.opts.selector());
-        let max = self.opts.watch_backoff_max;
         self.watcher.get_or_init(|| {
-            tokio::spawn(async move {
-                let backoff = WatchBackoff {
-                    next: Duration::from_millis(50).min(max),
-                    max,
-                };
-                let mut stream = watcher::watcher(api, cfg).backoff(backoff).boxed();
-                let mut relist: Option<BTreeMap<String, LeaseRecord>> = None;
-                while let Some(event) = stream.next().await {
-                    let decode = |lease: &Lease| match record_of(lease) {
-                        Ok(r) => Some(r),
-                        Err(e) => {
-                            warn!(error = %e, "ignoring a malformed Lease");
-                            None
-                        }
-                    };
-                    let mut cache = shared.cache.lock().expect("cache lock");
-                    match event {
-                        Ok(Event::Init) => relist = Some(BTreeMap::new()),
-                        Ok(Event::InitApply(lease)) => {
-                            if let (Some(map), Some(r)) = (relist.as_mut(), decode(&lease)) {
-                                map.insert(r.id().to_string(), r);
-                            }
-                        }
-                        Ok(Event::InitDone) => {
-                            cache.reset(relist.take().unwrap_or_default());
-                            shared.synced.send_replace(true);
-                        }
-                        Ok(Event::Apply(lease)) => {
-                            if let Some(r) = decode(&lease) {
-                                cache.push(Change::Upsert(r));
-                            }
-                        }
-                        Ok(Event::Delete(lease)) => {
-                            let id = lease.metadata.name.clone().unwrap_or_default();
-                            let version = lease
-                                .metadata
-                                .resource_version
-                                .as_deref()
-                                .and_then(|rv| rv.parse().ok())
-                                .unwrap_or(0);
-                            cache.push(Change::Delete { id, version });
-                        }
-                        Err(e) => {
-                            debug!(error = %e, "lease watch failed; it re-lists after a backoff");
-                            continue;
-                        }
-                    }
-                    let seq = cache.seq;
-                    drop(cache);
-                    shared.notify.send_replace(seq);
-                }
-            })
+            lease_watch::spawn(
+                self.shared.clone(),
+                self.api.clone(),
+                self.opts.selector(),
+                self.opts.watch_backoff_max,
+            )
         });
     }
 }
@@ -723,43 +514,6 @@ impl MembershipProvider for KubernetesProvider {
 mod tests {
     use super::*;
 
-    fn opts() -> KubernetesOptions {
-        KubernetesOptions {
-            namespace: "default".into(),
-            cluster: "demo".into(),
-            role: "engine".into(),
-            pod_name: "engine-0".into(),
-            pod_uid: Some("uid-1".into()),
-            watch_backoff_max: Duration::from_secs(2),
-        }
-    }
-
-    #[test]
-    fn missing_pod_identity_is_a_named_error() {
-        assert_eq!(opts().validate(), Ok(()));
-        let err = KubernetesOptions {
-            pod_name: " ".into(),
-            ..opts()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(matches!(
-            err,
-            KubernetesConfigError::MissingPodIdentity {
-                var: "POD_NAME",
-                ..
-            }
-        ));
-        assert!(err.to_string().contains("metadata.name"), "{err}");
-        let err = KubernetesOptions {
-            namespace: String::new(),
-            ..opts()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(err.to_string().contains("POD_NAMESPACE"), "{err}");
-    }
-
     #[test]
     fn a_lease_reads_back_as_the_record_it_was_written_from() {
         let d = HostDescriptor::new("engine-0-ab12", "10.0.0.7:7400", None, None);
@@ -796,22 +550,5 @@ mod tests {
             record_of(&lease),
             Err(ProviderError::Malformed { .. })
         ));
-    }
-
-    #[test]
-    fn an_old_cursor_reads_a_snapshot() {
-        let mut c = Cache::default();
-        c.reset(BTreeMap::new());
-        let at = c.seq;
-        c.push(Change::Delete {
-            id: "x".into(),
-            version: 3,
-        });
-        assert!(
-            matches!(c.since(Some(at)), ChangeBatch::Changes { ref changes, .. } if changes.len() == 1)
-        );
-        c.reset(BTreeMap::new());
-        assert!(matches!(c.since(Some(at)), ChangeBatch::Snapshot { .. }));
-        assert!(matches!(c.since(None), ChangeBatch::Snapshot { .. }));
     }
 }
