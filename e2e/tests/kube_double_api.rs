@@ -787,3 +787,140 @@ async fn streaming_lists_end_with_the_initial_events_bookmark() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+fn api_message(e: &Error) -> String {
+    match e {
+        Error::Api(s) => s.message.clone(),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// genericregistry `Store.Update` semantics for Leases (`AllowCreateOnUpdate` = true), which the
+/// membership provider's "renewals never re-create a record" rule is built on: a PUT on a
+/// deleted Lease creates it again (201, a new uid) even when the body carries the old
+/// resourceVersion; the body's `metadata.uid` is the one precondition the server honours (409
+/// "Precondition failed: UID in precondition: …" against a missing Lease or another uid); a
+/// matching uid with a stale resourceVersion is the ordinary 409 "the object has been modified".
+/// Kinds without create-on-update (ConfigMaps) still answer a PUT on a missing object with 404.
+#[tokio::test]
+async fn lease_put_creates_on_update_unless_a_uid_precondition_fails() {
+    let double = KubeDouble::start().await;
+    let client = double.client();
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let pp = PostParams::default();
+    let first = leases.create(&pp, &lease("h1", "h1/a")).await.unwrap();
+    let uid = first.uid().expect("a uid");
+    leases.delete("h1", &DeleteParams::default()).await.unwrap();
+
+    // With the uid: refused, with the server's message shape (an empty uid in object meta).
+    let refused = leases.replace("h1", &pp, &first).await.unwrap_err();
+    assert_eq!(api_code(&refused), Some((409, "Conflict".into())));
+    assert!(
+        api_message(&refused).ends_with(&format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: "
+        )),
+        "{}",
+        api_message(&refused)
+    );
+    assert!(
+        leases.get_opt("h1").await.unwrap().is_none(),
+        "not re-created"
+    );
+
+    // Without the uid (old resourceVersion and all): created again, answered 201, a new uid.
+    let mut no_uid = first.clone();
+    no_uid.metadata.uid = None;
+    let body = serde_json::to_vec(&no_uid).unwrap();
+    let req = http::Request::put(format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/h1"
+    ))
+    .header("content-type", "application/json")
+    .body(body)
+    .unwrap();
+    let resp = client
+        .send(req.map(kube::client::Body::from))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), http::StatusCode::CREATED);
+    let again = leases.get("h1").await.unwrap();
+    let new_uid = again.uid().unwrap();
+    assert_ne!(new_uid, uid, "a re-created Lease is a new object");
+    assert_eq!(
+        again.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("h1/a")
+    );
+
+    // The old uid against the re-created Lease: 409 naming both uids.
+    let mut stale_uid = again.clone();
+    stale_uid.metadata.uid = Some(uid.clone());
+    let refused = leases.replace("h1", &pp, &stale_uid).await.unwrap_err();
+    assert_eq!(api_code(&refused), Some((409, "Conflict".into())));
+    assert!(
+        api_message(&refused).contains(&format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {new_uid}"
+        )),
+        "{}",
+        api_message(&refused)
+    );
+
+    // The right uid and the current resourceVersion: an ordinary update (200).
+    let mut renewed = again.clone();
+    renewed.spec.as_mut().unwrap().lease_duration_seconds = Some(20);
+    let renewed = leases.replace("h1", &pp, &renewed).await.unwrap();
+    assert_eq!(renewed.uid().as_deref(), Some(new_uid.as_str()));
+    // The right uid with a stale resourceVersion: 409 "the object has been modified".
+    let stale = leases.replace("h1", &pp, &again).await.unwrap_err();
+    assert_eq!(api_code(&stale), Some((409, "Conflict".into())));
+    assert!(
+        api_message(&stale).contains("the object has been modified"),
+        "{}",
+        api_message(&stale)
+    );
+
+    // A kind without create-on-update: 404, nothing created.
+    let cms: Api<ConfigMap> = Api::namespaced(client, NS);
+    let c = cms.create(&pp, &cm("c", &[])).await.unwrap();
+    cms.delete("c", &DeleteParams::default()).await.unwrap();
+    let mut c = c;
+    c.metadata.uid = None;
+    let missing = cms.replace("c", &pp, &c).await.unwrap_err();
+    assert_eq!(api_code(&missing), Some((404, "NotFound".into())));
+    assert!(cms.get_opt("c").await.unwrap().is_none());
+}
+
+/// A named client's watches can lag while its reads and writes are served (the fault the
+/// provider's renewal path must survive on its own), and catch up, in order, once resumed.
+#[tokio::test]
+async fn a_stalled_watch_delivers_nothing_until_resumed_while_writes_work() {
+    let double = KubeDouble::start().await;
+    let leases: Api<Lease> = Api::namespaced(double.client_named("lagging"), NS);
+    let pp = PostParams::default();
+    let first = leases.create(&pp, &lease("h1", "h1")).await.unwrap();
+    let mut stream = leases
+        .watch(
+            &WatchParams::default().disable_bookmarks(),
+            &first.resource_version().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    double.stall_watches("lagging", true);
+    leases.create(&pp, &lease("h2", "h2")).await.unwrap();
+    assert!(leases.get_opt("h2").await.unwrap().is_some(), "reads work");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.try_next())
+            .await
+            .is_err(),
+        "a stalled watch delivered an event"
+    );
+    double.stall_watches("lagging", false);
+    match tokio::time::timeout(WAIT, stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Added(l) => assert_eq!(l.name_any(), "h2"),
+        other => panic!("expected ADDED h2, got {other:?}"),
+    }
+}

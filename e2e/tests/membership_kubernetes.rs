@@ -1,17 +1,19 @@
 //! The Kubernetes Lease provider against the Kubernetes API test double, through the real
 //! `kube` client over HTTP, in real time with short TTLs (beat 200 ms, TTL 1 s): join, leave and
-//! expiry across three hosts; a Lease deleted under a host fences it at once; an API outage
+//! expiry across three hosts; a Lease deleted under a host fences it at once, also when its
+//! watch lags (renewals carry a uid precondition, so they never re-create it); a second process
+//! under the same host id is refused; an API outage
 //! longer than the TTL fences every stateful host (and a worker-only host rejoins), a shorter one
 //! fences nothing; a watch that comes back after compaction re-lists (410 Gone).
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use sigx_e2e::kube_double::{KubeDouble, Mode};
 use sigx_sidecar::clock;
 use sigx_sidecar::membership::kubernetes::{CLUSTER_LABEL, DESCRIPTOR_ANNOTATION, ROLE_LABEL};
 use sigx_sidecar::membership::{
-    FenceReason, HostDescriptor, HostStatus, KubernetesOptions, KubernetesProvider,
-    MembershipConfig, MembershipHandle, start,
+    FenceReason, HostDescriptor, HostStatus, KubernetesOptions, KubernetesProvider, LostCause,
+    MembershipConfig, MembershipError, MembershipHandle, MembershipProvider, ProviderError, start,
 };
 use std::time::Duration;
 use tokio::time::Instant;
@@ -107,7 +109,12 @@ async fn join_leave_and_expire_across_three_hosts() {
     assert_eq!(labels[CLUSTER_LABEL], "demo");
     assert_eq!(labels[ROLE_LABEL], "engine");
     let spec = lease.spec.clone().unwrap();
-    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    // The holder is the host id plus this process's incarnation nonce.
+    let holder = spec.holder_identity.clone().unwrap();
+    assert!(
+        holder.strip_prefix("a/").is_some_and(|n| n.len() == 16),
+        "{holder}"
+    );
     assert_eq!(spec.lease_duration_seconds, Some(1));
     assert!(spec.renew_time.is_some());
     let owner = &lease.metadata.owner_references.clone().unwrap()[0];
@@ -209,6 +216,116 @@ async fn a_lease_taken_over_by_another_holder_fences_its_host() {
         "{:?}",
         a.fence_state()
     );
+}
+
+/// Waits up to `within` for `h` to fence; returns how long it took.
+async fn fenced_within(h: &MembershipHandle, within: Duration) -> Duration {
+    let t0 = Instant::now();
+    let mut fenced = h.fenced_signal();
+    tokio::time::timeout(within, fenced.wait_for(|r| r.is_some()))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} did not fence within {within:?}: {:?}",
+                h.self_id(),
+                h.counters()
+            )
+        })
+        .unwrap();
+    t0.elapsed()
+}
+
+/// Hole D of issue 12. A third party deletes a live host's Lease (`kubectl delete lease`, Pod GC
+/// after a force delete) while the host's own watch lags, so only its renewal can find out. On a
+/// real API server a PUT re-creates a deleted Lease; the renewal carries the uid of the Lease the
+/// host created, so it is refused (409, the fresh GET shows 404) and the host fences within a
+/// beat or two, and the Lease stays deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_deleted_while_its_hosts_watch_lags_fences_it_and_is_not_re_created() {
+    let double = KubeDouble::start().await;
+    let a = host(&double, "a", true).await;
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    double.stall_watches("a", true);
+    leases.delete("a", &DeleteParams::default()).await.unwrap();
+    let took = fenced_within(&a, BEAT * 3).await;
+    assert_eq!(
+        a.fence_state(),
+        Some(FenceReason::Lost(LostCause::Gone)),
+        "fenced after {took:?}"
+    );
+    assert!(a.check_lease().is_err());
+    // Renewals never re-create the record (and a fenced host writes nothing).
+    tokio::time::sleep(BEAT * 3).await;
+    assert!(
+        leases.get_opt("a").await.unwrap().is_none(),
+        "the host's renewal re-created its deleted Lease"
+    );
+    double.stall_watches("a", false);
+}
+
+/// A Lease deleted and re-created by someone else (a restore from a backup, a copy) is not ours
+/// even if it names our holder: the renewal's uid precondition fails and the fresh GET shows
+/// another uid, so the host fences instead of adopting the stranger's resourceVersion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_re_created_by_someone_else_fences_its_host_even_under_its_holder() {
+    let double = KubeDouble::start().await;
+    let a = host(&double, "a", true).await;
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    double.stall_watches("a", true);
+    let mut copy = leases.get("a").await.unwrap();
+    leases.delete("a", &DeleteParams::default()).await.unwrap();
+    copy.metadata.uid = None;
+    copy.metadata.resource_version = None;
+    leases.create(&PostParams::default(), &copy).await.unwrap();
+    fenced_within(&a, BEAT * 3).await;
+    assert_eq!(
+        a.fence_state(),
+        Some(FenceReason::Lost(LostCause::Replaced))
+    );
+    double.stall_watches("a", false);
+}
+
+/// Hole G of issue 12: a second process joining under a host id whose Lease is live and held by
+/// another incarnation is refused, with an error naming the id and the holder; the first keeps
+/// renewing its Lease, unfenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_incarnation_of_a_host_id_is_refused_and_the_first_keeps_serving() {
+    let double = KubeDouble::start().await;
+    let first =
+        KubernetesProvider::new(double.client_named("a"), opts("a"), "a", clock::system()).unwrap();
+    let holder = first.holder().to_string();
+    assert!(holder.starts_with("a/") && holder.len() > 2, "{holder}");
+    let a = start(first, descriptor("a", true), cfg(), clock::system())
+        .await
+        .unwrap();
+    a.set_status(HostStatus::Active).await.unwrap();
+
+    let second =
+        KubernetesProvider::new(double.client_named("a2"), opts("a"), "a", clock::system())
+            .unwrap();
+    assert_ne!(
+        second.holder(),
+        holder,
+        "each process is its own incarnation"
+    );
+    let err = start(second, descriptor("a", true), cfg(), clock::system())
+        .await
+        .expect_err("a second process with the same host id must be refused");
+    match &err {
+        MembershipError::Provider(ProviderError::Conflict { id, holder: h, .. }) => {
+            assert_eq!((id.as_str(), h.as_str()), ("a", holder.as_str()));
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    assert!(err.to_string().contains(&holder), "{err}");
+
+    let beats = a.counters().beats;
+    tokio::time::sleep(BEAT * 4).await;
+    assert_eq!(a.fence_state(), None);
+    assert!(a.counters().beats >= beats + 2, "{:?}", a.counters());
+    let leases: Api<Lease> = Api::namespaced(double.client(), NS);
+    let spec = leases.get("a").await.unwrap().spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some(holder.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

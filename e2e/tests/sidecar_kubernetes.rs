@@ -108,7 +108,15 @@ async fn sidecars_in_kubernetes_mode_join_on_leases_serve_calls_and_withdraw_on_
         assert_eq!(owner.kind, "Pod");
         assert!(owner.uid.starts_with("uid-engine-"));
         let spec = lease.spec.as_ref().unwrap();
-        assert_eq!(spec.holder_identity.as_deref(), Some(name.as_str()));
+        // The holder is the host id plus the process's incarnation nonce (one identity, one
+        // process).
+        let holder = spec.holder_identity.clone().unwrap();
+        assert!(
+            holder
+                .strip_prefix(&format!("{name}/"))
+                .is_some_and(|nonce| nonce.len() == 16),
+            "{holder}"
+        );
         let d: serde_json::Value =
             serde_json::from_str(&meta.annotations.as_ref().unwrap()["actors.sigx.dev/descriptor"])
                 .unwrap();

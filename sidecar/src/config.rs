@@ -218,6 +218,10 @@ pub struct Config {
     pub mesh_addr: SocketAddr,
     pub advertise: String,
     pub host_id: String,
+    /// This process's incarnation nonce (16 hex digits, drawn at start). One identity, one
+    /// process (DESIGN.md §3): it is in the membership holder identity `<host-id>/<incarnation>`
+    /// and in every activation id, so neither repeats across processes started with one host id.
+    pub incarnation: String,
     pub membership: MembershipKind,
     pub sqlite_path: PathBuf,
     pub cluster: String,
@@ -496,6 +500,7 @@ impl Args {
             mesh_addr,
             advertise,
             host_id,
+            incarnation: crate::membership::random_incarnation(),
             membership: self.membership,
             sqlite_path: self.sqlite_path,
             cluster: self.cluster,

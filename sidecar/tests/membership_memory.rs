@@ -511,6 +511,9 @@ impl MembershipProvider for SlowJoin {
     fn kind(&self) -> &'static str {
         "memory-slow-join"
     }
+    fn holder(&self) -> &str {
+        self.inner.holder()
+    }
     async fn join(
         &self,
         d: &HostDescriptor,

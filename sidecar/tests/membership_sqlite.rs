@@ -173,6 +173,9 @@ impl MembershipProvider for Lagging {
     fn kind(&self) -> &'static str {
         "sqlite-lagging"
     }
+    fn holder(&self) -> &str {
+        self.inner.holder()
+    }
     async fn join(&self, d: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         self.inner.join(d, ttl).await
     }

@@ -31,6 +31,9 @@ pub(crate) type Body = UnsyncBoxBody<Bytes, io::Error>;
 pub(crate) struct Modes {
     pub global: Mode,
     pub clients: BTreeMap<String, Mode>,
+    /// Clients whose watches deliver nothing (events wait in the stream) while their other
+    /// requests are served: a lagging watch (see `KubeDouble::stall_watches`).
+    pub stalled_watches: std::collections::BTreeSet<String>,
 }
 
 impl Modes {
@@ -371,8 +374,8 @@ fn route(
             shared.count_verb("update");
             let body = parse_json(&body)?;
             let mut store = shared.store();
-            let obj = if is_scale {
-                store.set_scale(res, ns, name, &body, &manager)?
+            let (obj, created) = if is_scale {
+                (store.set_scale(res, ns, name, &body, &manager)?, false)
             } else {
                 store.replace(
                     res,
@@ -383,7 +386,12 @@ fn route(
                     &manager,
                 )?
             };
-            Ok(full(StatusCode::OK, &obj))
+            let code = if created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
+            Ok(full(code, &obj))
         }
         Method::PATCH => {
             shared.count_verb("patch");
@@ -500,7 +508,20 @@ async fn next_line(mut st: WatchState) -> Option<(Chunk, WatchState)> {
         return None;
     }
     loop {
-        let current = st.mode.borrow_and_update().for_client(st.client.as_deref());
+        let current = {
+            let modes = st.mode.borrow_and_update();
+            match modes.for_client(st.client.as_deref()) {
+                Mode::Serving
+                    if st
+                        .client
+                        .as_ref()
+                        .is_some_and(|c| modes.stalled_watches.contains(c)) =>
+                {
+                    Mode::Stalling
+                }
+                m => m,
+            }
+        };
         match current {
             Mode::Failing => {
                 // An outage cuts open watches the way a dying API server does: the

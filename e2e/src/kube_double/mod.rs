@@ -16,6 +16,12 @@
 //! requests by verb and by client, and watch events sent (the fan-out, summed over watchers),
 //! which is how the Lease provider's fan-out and the operator's API load are measured.
 //!
+//! Lease PUTs behave as genericregistry's `Store.Update` does for a kind with
+//! `AllowCreateOnUpdate`: a PUT on a deleted Lease creates it again (ignoring the body's
+//! resourceVersion), unless the body carries a `metadata.uid`, the one update precondition the
+//! server honours: then it is a 409 "Precondition failed: UID in precondition: …" (also against
+//! a Lease re-created under another uid). Other kinds answer a PUT on a missing object with 404.
+//!
 //! Write semantics follow the API server where clients can tell: a write that changes
 //! nothing consumes no resourceVersion and sends no event (controllers rely on this not to
 //! loop); `metadata.generation` moves only with changes outside metadata and status; writes to
@@ -200,6 +206,20 @@ impl KubeDouble {
                 m.clients.remove(client);
             } else {
                 m.clients.insert(client.to_owned(), mode);
+            }
+        });
+    }
+
+    /// Stalls (or resumes) the watches of one named client (see [`KubeDouble::client_named`]):
+    /// they deliver nothing, and keep what happens for later, while the client's other requests
+    /// (GET, PUT, DELETE, lists) are served as usual: a watch that lags while reads and writes
+    /// work.
+    pub fn stall_watches(&self, client: &str, stalled: bool) {
+        self.shared.mode.send_modify(|m| {
+            if stalled {
+                m.stalled_watches.insert(client.to_owned());
+            } else {
+                m.stalled_watches.remove(client);
             }
         });
     }

@@ -307,6 +307,13 @@ fn known_kind(plural: &str) -> Option<&'static str> {
 
 /// The wall clock is only used to stamp `creationTimestamp`/`deletionTimestamp`, as a real
 /// server does; nothing in the double's logic reads it back.
+/// Whether a PUT on a missing object of this resource creates it (the registry strategy's
+/// `AllowCreateOnUpdate`): true for `leases.coordination.k8s.io` (and, on a real server, a few
+/// core kinds the double does not model specially), false for everything else.
+pub fn allows_create_on_update(res: &ResourceRef) -> bool {
+    res.group == "coordination.k8s.io" && res.plural == "leases"
+}
+
 fn now_rfc3339() -> String {
     format!("{:.0}", k8s_openapi::jiff::Timestamp::now())
 }
@@ -788,37 +795,79 @@ impl Store {
         }
     }
 
-    /// Replaces an object (PUT). A non-empty resourceVersion that is not the current one is a
-    /// 409 Conflict; an empty one is an unconditional update. On the main resource `status`
-    /// is kept; on `/status` only `status` changes.
+    /// Replaces an object (PUT), as genericregistry `Store.Update` does; returns the object and
+    /// whether the PUT created it (answered 201).
+    ///
+    /// * A `metadata.uid` in the body is a precondition (the only one the server takes from an
+    ///   update): checked first, against the stored object, or against an empty one when there
+    ///   is none, so a PUT naming a uid on a deleted object is a 409 Conflict "Precondition
+    ///   failed: UID in precondition: <uid>, UID in object meta: " (empty), never a create.
+    /// * A non-empty resourceVersion that is not the current one is a 409 Conflict ("the object
+    ///   has been modified"); an empty one is an unconditional update.
+    /// * Create on update: for kinds whose strategy allows it (Leases, see
+    ///   [`allows_create_on_update`]) a PUT on a missing object creates it, ignoring the body's
+    ///   resourceVersion (the create path does); for the others it is 404.
+    /// * On the main resource `status` is kept; on `/status` only `status` changes.
     pub fn replace(
         &mut self,
         res: &ResourceRef,
         namespace: Option<&str>,
         name: &str,
         sub: Subresource,
-        body: Value,
+        mut body: Value,
         manager: &str,
-    ) -> Result<Value, ApiError> {
+    ) -> Result<(Value, bool), ApiError> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
                 "the request body must be a JSON object",
             ));
         }
-        let (key, old, mut ownership) = self.existing(res, namespace, name)?;
         if meta_str(&body, "name").is_some_and(|n| n != name) {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({}) does not match the name on the URL ({name})",
                 meta_str(&body, "name").unwrap_or_default()
             )));
         }
+        let key = Self::key(res, namespace, name);
+        let stored_uid = self
+            .objects
+            .get(&key)
+            .map(|s| meta_str(&s.value, "uid").unwrap_or_default().to_owned());
+        if let Some(uid) = meta_str(&body, "uid").filter(|u| !u.is_empty())
+            && stored_uid.as_deref() != Some(uid)
+        {
+            return Err(ApiError::conflict(
+                res,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    stored_uid.unwrap_or_default()
+                ),
+            ));
+        }
+        if stored_uid.is_none() {
+            if sub != Subresource::Main || !allows_create_on_update(res) {
+                return Err(ApiError::not_found(res, name));
+            }
+            if let Some(m) = body.as_object_mut() {
+                m.remove("status");
+            }
+            meta_mut(&mut body).insert("name".into(), Value::String(name.to_owned()));
+            // prepare_new drops the resourceVersion: the create path ignores it.
+            self.prepare_new(res, namespace, &mut body)?;
+            let mut ownership = Ownership::default();
+            ownership.record_update(manager, &json!({}), &body);
+            self.admit(res, &body, None)?;
+            return Ok((self.insert_new(key, body, ownership)?, true));
+        }
+        let (key, old, mut ownership) = self.existing(res, namespace, name)?;
         Self::check_rv(res, name, meta_str(&body, "resourceVersion"), &old)?;
         let new = Self::split_sub(sub, &old, body);
         if sub == Subresource::Main {
             self.admit(res, &new, Some(&old))?;
         }
         ownership.record_update(manager, &old, &new);
-        Ok(self.commit(&key, new, ownership))
+        Ok((self.commit(&key, new, ownership), false))
     }
 
     /// Keeps the half of `candidate` a write to `sub` may change and the other half of `old`.

@@ -60,6 +60,9 @@ impl MembershipProvider for SimProvider {
     fn kind(&self) -> &'static str {
         self.inner.kind()
     }
+    fn holder(&self) -> &str {
+        self.inner.holder()
+    }
 
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         let start = self.lease_write_started(true);

@@ -190,9 +190,13 @@ pub(crate) async fn build_provider(
     match cfg.membership {
         MembershipKind::Sqlite => {
             let o = crate::membership::sqlite::SqliteOptions::new(&cfg.sqlite_path);
-            crate::membership::sqlite::SqliteProvider::open(&o, cfg.host_id.clone())
-                .map(|p| p as Arc<dyn MembershipProvider>)
-                .map_err(|e| e.to_string())
+            crate::membership::sqlite::SqliteProvider::open_as(
+                &o,
+                cfg.host_id.clone(),
+                &cfg.incarnation,
+            )
+            .map(|p| p as Arc<dyn MembershipProvider>)
+            .map_err(|e| e.to_string())
         }
         MembershipKind::Kubernetes => {
             let o = crate::membership::kubernetes::KubernetesOptions {
@@ -207,10 +211,11 @@ pub(crate) async fn build_provider(
             let client = kube::Client::try_default().await.map_err(|e| {
                 format!("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG): {e}")
             })?;
-            crate::membership::kubernetes::KubernetesProvider::new(
+            crate::membership::kubernetes::KubernetesProvider::new_as(
                 client,
                 o,
                 cfg.host_id.clone(),
+                &cfg.incarnation,
                 opts.clock.clone(),
             )
             .map(|p| p as Arc<dyn MembershipProvider>)

@@ -231,6 +231,7 @@ impl Host {
         let runtime = Runtime::new(
             RuntimeConfig {
                 host_id: cfg.host_id.clone(),
+                incarnation: cfg.incarnation.clone(),
                 max_payload_bytes: cfg.max_payload_bytes,
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,

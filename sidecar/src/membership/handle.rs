@@ -453,8 +453,10 @@ impl Inner {
         match change {
             Change::Upsert(record) => {
                 let id = record.id().to_string();
+                // Our record naming any holder but our own incarnation is a write we did not
+                // make (another process with our id, an operator): loss.
                 if id == self.self_id
-                    && record.holder != self.self_id
+                    && record.holder != self.provider.holder()
                     && record.version >= self.own_version.load(Ordering::SeqCst)
                     && self.phase() == Phase::Serving
                 {

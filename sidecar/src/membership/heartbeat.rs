@@ -41,6 +41,10 @@ pub enum LostCause {
     },
     /// The host's own change stream showed its record being deleted.
     Deleted,
+    /// The record was deleted and created again by someone else: same name, new identity (a
+    /// Kubernetes Lease with another `metadata.uid`). A write we did not make is loss even when
+    /// the new record names our holder.
+    Replaced,
 }
 
 impl FenceReason {
@@ -72,6 +76,9 @@ impl fmt::Display for FenceReason {
             FenceReason::Lost(LostCause::Deleted) => {
                 f.write_str("lost: the change stream showed the lease record deleted")
             }
+            FenceReason::Lost(LostCause::Replaced) => f.write_str(
+                "lost: the lease record was deleted and re-created by someone else (its uid changed)",
+            ),
             FenceReason::Left => f.write_str("left: the host withdrew from membership"),
         }
     }

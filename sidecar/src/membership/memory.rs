@@ -8,6 +8,10 @@
 //!   without a change-log entry. The host finds out at its next write; peers find out through
 //!   their own expiry judgement and the fresh read. The one worth reaching for.
 //! * [`MemoryHub::take_over`]: another holder writes the record.
+//! * [`MemoryHub::kill`] is also what a third-party deletion (`kubectl delete lease`) looks like.
+//!
+//! Every provider of a hub is its own incarnation (holder `<host-id>/<n>`, `n` counted by the
+//! hub, so a simulation stays deterministic): two providers for one host id are two processes.
 //! * [`MemoryHub::isolate`]: the host cannot reach the store (its writes and reads fail).
 //! * [`MemoryHub::set_outage`]: nobody can reach the store.
 //! * [`MemoryHub::freeze_feed`]: the host's change feed stops advancing (a lagging watch) while
@@ -53,6 +57,7 @@ struct HubInner {
     state: Mutex<HubState>,
     notify: watch::Sender<u64>,
     writes: AtomicU64,
+    incarnations: AtomicU64,
 }
 
 /// An in-process membership store shared by the hosts of one test.
@@ -75,15 +80,29 @@ impl MemoryHub {
                 state: Mutex::new(HubState::default()),
                 notify: watch::channel(0).0,
                 writes: AtomicU64::new(0),
+                incarnations: AtomicU64::new(0),
             }),
         }
     }
 
-    /// A provider for the host `host_id`.
+    /// A provider for the host `host_id`: a new incarnation (the hub's next number), as a new
+    /// process would be.
     pub fn provider(&self, host_id: impl Into<String>) -> Arc<MemoryProvider> {
+        let n = self.inner.incarnations.fetch_add(1, Ordering::Relaxed) + 1;
+        self.provider_as(host_id, &n.to_string())
+    }
+
+    /// A provider for the host `host_id` as the given incarnation.
+    pub fn provider_as(
+        &self,
+        host_id: impl Into<String>,
+        incarnation: &str,
+    ) -> Arc<MemoryProvider> {
+        let host_id = host_id.into();
         Arc::new(MemoryProvider {
             hub: self.clone(),
-            host_id: host_id.into(),
+            holder: super::provider::holder_identity(&host_id, incarnation),
+            host_id,
             feed_reads: AtomicU64::new(0),
             fresh_reads: AtomicU64::new(0),
         })
@@ -186,6 +205,7 @@ impl MemoryHub {
 pub struct MemoryProvider {
     hub: MemoryHub,
     host_id: String,
+    holder: String,
     feed_reads: AtomicU64,
     fresh_reads: AtomicU64,
 }
@@ -216,7 +236,7 @@ impl MemoryProvider {
         s.seq += 1;
         let record = LeaseRecord {
             descriptor: descriptor.clone(),
-            holder: self.host_id.clone(),
+            holder: self.holder.clone(),
             renew: s.seq.to_string(),
             ttl,
             version: s.seq,
@@ -234,11 +254,15 @@ impl MembershipProvider for MemoryProvider {
         KIND
     }
 
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         let mut s = self.hub.lock();
         self.reachable(&s, "join")?;
         if let Some(existing) = s.leases.get(&descriptor.id)
-            && existing.holder != self.host_id
+            && existing.holder != self.holder
         {
             return Err(ProviderError::Conflict {
                 provider: KIND,
@@ -262,7 +286,7 @@ impl MembershipProvider for MemoryProvider {
                     cause: LostCause::Gone,
                 });
             }
-            Some(r) if r.holder != self.host_id => {
+            Some(r) if r.holder != self.holder => {
                 return Err(ProviderError::Lost {
                     provider: KIND,
                     cause: LostCause::HolderChanged {
@@ -282,7 +306,7 @@ impl MembershipProvider for MemoryProvider {
         let mut s = self.hub.lock();
         self.reachable(&s, "withdraw")?;
         match s.leases.get(&self.host_id) {
-            Some(r) if r.holder == self.host_id => {}
+            Some(r) if r.holder == self.holder => {}
             _ => return Ok(()),
         }
         s.leases.remove(&self.host_id);

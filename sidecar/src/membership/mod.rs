@@ -57,6 +57,7 @@ pub use kubernetes::{KubernetesConfigError, KubernetesOptions, KubernetesProvide
 pub use memory::{MemoryHub, MemoryProvider};
 pub use provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
+    holder_identity, random_incarnation,
 };
 pub use sqlite::{SqliteOpenError, SqliteOptions, SqliteProvider};
 pub use view::{MemberFilter, MembersMemo, MembershipView, ViewSource, members_memo};

@@ -16,7 +16,8 @@ use tokio::sync::watch;
 pub struct LeaseRecord {
     /// What the host publishes; `descriptor.id` is the record's name.
     pub descriptor: HostDescriptor,
-    /// Who holds the lease (`holderIdentity`); the host id for a healthy record.
+    /// Who holds the lease (`holderIdentity`): `<host-id>/<incarnation>` for a healthy record
+    /// (see [`holder_identity`]), so two processes started with one host id never look alike.
     pub holder: String,
     /// Changes on every write by the holder and only then (`renewTime`). Observers judge expiry by
     /// how long they have seen it stand still, on their own clock; it is never compared with a
@@ -89,6 +90,26 @@ pub enum DeleteOutcome {
     Changed,
 }
 
+/// The holder identity of one incarnation of host `host_id`: `<host-id>/<incarnation>`.
+///
+/// **One identity, one process** (DESIGN.md §3): the host id names the record, the incarnation
+/// names the process that may write it. A provider writes only records whose holder is its own
+/// identity, joins only over a record it already holds, and treats every other holder on our
+/// record as loss; so a second process started with the same host id is refused instead of
+/// silently sharing (and renewing) the first one's lease.
+pub fn holder_identity(host_id: &str, incarnation: &str) -> String {
+    format!("{host_id}/{incarnation}")
+}
+
+/// A fresh incarnation nonce: 64 random bits as 16 hex digits, drawn once per provider (so once
+/// per process start in production). The simulator and tests that need determinism pass their
+/// own to the providers' `*_as` constructors instead.
+pub fn random_incarnation() -> String {
+    use rand::RngExt;
+    let n: u64 = rand::rng().random();
+    format!("{n:016x}")
+}
+
 /// A store operation that failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProviderError {
@@ -110,10 +131,13 @@ pub enum ProviderError {
         /// What proves it.
         cause: LostCause,
     },
-    /// Joining found a live record with our id held by another holder.
+    /// Joining found a record with our id held by another holder: another process (or an
+    /// earlier one whose record has not expired yet) uses this host id.
     #[error(
-        "{provider} membership record {id:?} is held by {holder:?}; host ids must be unique per \
-         incarnation (pod name plus an incarnation suffix)"
+        "{provider} membership record {id:?} is held by {holder:?}, another incarnation: a second \
+         process was started with the same host id, or an earlier one crashed and its record has \
+         not expired yet; give every process its own host id (leave --host-id unset for the pod \
+         name plus an incarnation suffix)"
     )]
     Conflict {
         /// The provider kind.
@@ -142,14 +166,21 @@ pub trait MembershipProvider: Send + Sync + 'static {
     /// The provider kind, for logs and errors.
     fn kind(&self) -> &'static str;
 
+    /// The holder identity this provider writes, `<host-id>/<incarnation>` ([`holder_identity`]).
+    /// Our record naming any other holder is a write we did not make: loss.
+    fn holder(&self) -> &str;
+
     /// Publishes our record: creates it, or takes it over when a record with our id exists and we
-    /// hold it (a worker-only host rejoining). Returns the record's new version. A record with our
-    /// id held by another holder is a [`ProviderError::Conflict`].
+    /// hold it (a worker-only host rejoining, same process). Returns the record's new version. A
+    /// record with our id held by another holder (another incarnation) is a
+    /// [`ProviderError::Conflict`]: never taken over.
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError>;
 
     /// Renews our lease and writes `descriptor` (a status change is a renewal too), by
     /// compare-and-swap on the version we last wrote; on a conflict, re-reads and retries if we
-    /// still hold the record. [`ProviderError::Lost`] if it is gone or held by someone else.
+    /// still hold the record. [`ProviderError::Lost`] if it is gone, held by someone else, or
+    /// replaced by a record we did not create. **A renewal never creates a record**: a record
+    /// deleted under us stays deleted and we fence.
     async fn renew(&self, descriptor: &HostDescriptor) -> Result<u64, ProviderError>;
 
     /// Deletes our record (compare-and-swap on the version we last wrote). Already gone is fine.

@@ -9,6 +9,12 @@
 //! consistent prefix of the log; a cursor older than the compacted log reads a snapshot (the
 //! 410 Gone of this store). Expiry is judged by observers exactly as for Kubernetes: on their
 //! own monotonic clock, then a fresh `SELECT`, then a `DELETE ... WHERE version = ?`.
+//!
+//! One identity, one process: the `holder` column is `<host-id>/<incarnation>`, the incarnation
+//! drawn when the provider is opened. A join over a row held by another incarnation is refused
+//! (a second process started with the same `--host-id`); a renewal finds its row gone or held by
+//! another incarnation and reports loss; **a renewal never inserts a row**, so a row deleted under
+//! a live host (by a peer's expiry or by hand) fences that host at its next beat.
 
 use super::descriptor::HostDescriptor;
 use super::heartbeat::LostCause;
@@ -97,6 +103,8 @@ struct Shared {
 pub struct SqliteProvider {
     shared: Arc<Shared>,
     host_id: String,
+    /// Our holder identity, `<host-id>/<incarnation>`.
+    holder: String,
     path: PathBuf,
     poll_interval: Duration,
     poller: OnceLock<JoinHandle<()>>,
@@ -228,19 +236,30 @@ enum WriteOutcome {
 }
 
 impl SqliteProvider {
-    /// Opens the database for host `host_id`. Fails with a named error if the file cannot be
-    /// opened, prepared, or put in WAL mode.
+    /// Opens the database for host `host_id`, as a new incarnation (a random nonce). Fails with a
+    /// named error if the file cannot be opened, prepared, or put in WAL mode.
     pub fn open(
         opts: &SqliteOptions,
         host_id: impl Into<String>,
     ) -> Result<Arc<Self>, SqliteOpenError> {
+        Self::open_as(opts, host_id, &super::provider::random_incarnation())
+    }
+
+    /// Like [`SqliteProvider::open`], as the given incarnation (deterministic tests).
+    pub fn open_as(
+        opts: &SqliteOptions,
+        host_id: impl Into<String>,
+        incarnation: &str,
+    ) -> Result<Arc<Self>, SqliteOpenError> {
         let conn = open_connection(opts)?;
+        let host_id = host_id.into();
         Ok(Arc::new(SqliteProvider {
             shared: Arc::new(Shared {
                 conn: Mutex::new(conn),
                 notify: watch::channel(0).0,
             }),
-            host_id: host_id.into(),
+            holder: super::provider::holder_identity(&host_id, incarnation),
+            host_id,
             path: opts.path.clone(),
             poll_interval: opts.poll_interval,
             poller: OnceLock::new(),
@@ -291,7 +310,7 @@ impl SqliteProvider {
         descriptor: &HostDescriptor,
         ttl: Option<Duration>,
     ) -> Result<u64, ProviderError> {
-        let me = self.host_id.clone();
+        let me = self.holder.clone();
         let id = descriptor.id.clone();
         let json = descriptor.to_json();
         let joining = ttl.is_some();
@@ -315,6 +334,8 @@ impl SqliteProvider {
                     }
                     (Some((_, version, _)), true) => (ttl_ms.unwrap_or_default(), Some(version)),
                     (None, true) => (ttl_ms.unwrap_or_default(), None),
+                    // A renewal never re-creates a deleted row: whoever deleted it (a peer's
+                    // expiry, an operator) expects this host to be gone, so it fences.
                     (None, false) => return Ok(WriteOutcome::Lost(LostCause::Gone)),
                     (Some((holder, _, _)), false) if holder != me => {
                         return Ok(WriteOutcome::Lost(LostCause::HolderChanged { holder }));
@@ -481,6 +502,10 @@ impl MembershipProvider for SqliteProvider {
         KIND
     }
 
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         self.write_own("join", descriptor, Some(ttl)).await
     }
@@ -491,6 +516,7 @@ impl MembershipProvider for SqliteProvider {
 
     async fn withdraw(&self) -> Result<(), ProviderError> {
         let me = self.host_id.clone();
+        let holder = self.holder.clone();
         let seq = self
             .blocking("withdraw", move |conn| {
                 let op = "withdraw";
@@ -499,8 +525,10 @@ impl MembershipProvider for SqliteProvider {
                     .map_err(|e| unavailable(op, e))?;
                 let n = tx
                     .execute(
-                        "DELETE FROM sigx_leases WHERE id = ?1 AND holder = ?1",
-                        params![me],
+                        // Only our own incarnation's row: another process's is not ours to
+                        // delete.
+                        "DELETE FROM sigx_leases WHERE id = ?1 AND holder = ?2",
+                        params![me, holder],
                     )
                     .map_err(|e| unavailable(op, e))?;
                 if n == 0 {

@@ -68,6 +68,9 @@ impl fmt::Display for ActorId {
 pub struct RuntimeConfig {
     /// This host's id, used in activation ids and messages.
     pub host_id: String,
+    /// This process's incarnation nonce, also in every activation id: activation ids never
+    /// repeat across processes started with one host id (their counters both start at 0).
+    pub incarnation: String,
     /// Largest payload accepted or delivered.
     pub max_payload_bytes: usize,
     /// A turn running longer than this logs a warning naming actor and method.
@@ -82,6 +85,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             host_id: "local".into(),
+            incarnation: "0".into(),
             max_payload_bytes: 4 * 1024 * 1024,
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(30),
@@ -408,8 +412,11 @@ impl Runtime {
                     // None, or one that is ending: a new activation replaces it.
                     self.inner.gate.check_accepting()?;
                     let n = self.inner.next_activation.fetch_add(1, Ordering::Relaxed);
-                    let activation_id: Arc<str> =
-                        format!("{}.{}.{n}", self.inner.cfg.host_id, app.id).into();
+                    let activation_id: Arc<str> = format!(
+                        "{}.{}.{}.{n}",
+                        self.inner.cfg.host_id, self.inner.cfg.incarnation, app.id
+                    )
+                    .into();
                     let ty = app
                         .registry
                         .actors

@@ -3,12 +3,23 @@
 //! * name = host id; labels `actors.sigx.dev/cluster` and `actors.sigx.dev/role`; the
 //!   descriptor as JSON in the `actors.sigx.dev/descriptor` annotation (and the exact TTL in
 //!   `actors.sigx.dev/lease-ttl-ms`, since `leaseDurationSeconds` is whole seconds);
-//!   `holderIdentity` = host id; `leaseDurationSeconds` = TTL rounded up; `renewTime` on every
-//!   write; an owner reference to the Pod when `POD_UID` is known, so the garbage collector
-//!   deletes the Lease with its Pod.
-//! * Renewal is a PUT carrying the `resourceVersion` we last wrote. A 409 re-reads the Lease:
-//!   gone or held by someone else is proof of loss (`lost()`); still ours, we retry with the
-//!   fresh version.
+//!   `holderIdentity` = `<host-id>/<incarnation>` (one identity, one process: the incarnation
+//!   is drawn when the provider is made); `leaseDurationSeconds` = TTL rounded up; `renewTime`
+//!   on every write; an owner reference to the Pod when `POD_UID` is known, so the garbage
+//!   collector deletes the Lease with its Pod.
+//! * Renewal is a PUT carrying the `resourceVersion` we last wrote **and the `metadata.uid` of
+//!   the Lease we created**. Why the uid: Leases are `AllowCreateOnUpdate`, so on a real API
+//!   server a PUT on a deleted Lease *creates it again* (the create path ignores the
+//!   resourceVersion), and a host whose Lease was deleted under it (Pod GC after a force
+//!   delete, `kubectl delete lease`, a peer's expiry) would renew happily and bring its id back.
+//!   The uid is the one update precondition the server honours: against a deleted Lease the PUT
+//!   is a 409 "Precondition failed: UID in precondition: …", against a re-created one likewise.
+//!   So renewals never re-create a record. A 409 re-reads the Lease: gone, another uid, or
+//!   another holder is proof of loss (`lost()`), and the host fences; still ours (someone
+//!   touched a label), we retry with the fresh version.
+//! * Join creates the Lease (POST). An existing Lease held by another incarnation is refused
+//!   ([`ProviderError::Conflict`]), never taken over; one we hold (a worker-only host rejoining
+//!   in the same process) is replaced with our uid as precondition.
 //! * Peers list + watch the Leases by the cluster label (kube's `watcher`, which re-lists on
 //!   410 Gone); the engine judges expiry on its own monotonic clock since it last saw
 //!   `renewTime` change, confirms with a plain GET, and deletes with a `resourceVersion`
@@ -28,25 +39,24 @@
 
 use super::descriptor::HostDescriptor;
 use super::heartbeat::LostCause;
-use super::provider::{
-    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
-};
+use super::provider::{ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError};
 use crate::clock::SharedClock;
 use async_trait::async_trait;
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::utils::Backoff;
-use kube::runtime::watcher::{self, Event};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{debug, warn};
+
+mod lease_watch;
+mod options;
+
+use lease_watch::{Cache, Shared};
+pub use options::{KubernetesConfigError, KubernetesOptions};
 
 const KIND: &str = "kubernetes";
 /// Label naming the ActorCluster a Lease belongs to.
@@ -57,146 +67,13 @@ pub const ROLE_LABEL: &str = "actors.sigx.dev/role";
 pub const DESCRIPTOR_ANNOTATION: &str = "actors.sigx.dev/descriptor";
 /// Annotation holding the exact lease TTL in milliseconds.
 pub const TTL_ANNOTATION: &str = "actors.sigx.dev/lease-ttl-ms";
-/// Local change-log entries kept; an older cursor reads the cache as a snapshot.
-const LOG_KEEP: usize = 4096;
-
-/// Where and as whom the host publishes its Lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesOptions {
-    /// The namespace of the Leases (the pod's namespace, `POD_NAMESPACE`).
-    pub namespace: String,
-    /// The ActorCluster name (label `actors.sigx.dev/cluster`).
-    pub cluster: String,
-    /// The ActorRole name (label `actors.sigx.dev/role`).
-    pub role: String,
-    /// The pod name (`POD_NAME`): the owner of the Lease.
-    pub pod_name: String,
-    /// The pod UID (`POD_UID`); without it the Lease has no owner reference and outlives a
-    /// deleted pod until a peer expires it.
-    pub pod_uid: Option<String>,
-    /// Cap of the watch's reconnect backoff (default 2 s).
-    pub watch_backoff_max: Duration,
-}
-
-/// Kubernetes mode cannot start; reported before anything binds.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KubernetesConfigError {
-    /// A piece of pod identity the Lease needs is missing.
-    #[error(
-        "kubernetes membership needs the pod's {what}: set {var} from the downward API \
-         (fieldRef: {field})"
-    )]
-    MissingPodIdentity {
-        /// What is missing.
-        what: &'static str,
-        /// The environment variable that carries it.
-        var: &'static str,
-        /// The downward-API field to fill it from.
-        field: &'static str,
-    },
-    /// The cluster name is missing.
-    #[error("kubernetes membership needs the ActorCluster name (SIGX_CLUSTER)")]
-    MissingCluster,
-}
-
-impl KubernetesOptions {
-    /// Checks that every piece of identity is present.
-    pub fn validate(&self) -> Result<(), KubernetesConfigError> {
-        if self.pod_name.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingPodIdentity {
-                what: "name",
-                var: "POD_NAME",
-                field: "metadata.name",
-            });
-        }
-        if self.namespace.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingPodIdentity {
-                what: "namespace",
-                var: "POD_NAMESPACE",
-                field: "metadata.namespace",
-            });
-        }
-        if self.cluster.trim().is_empty() {
-            return Err(KubernetesConfigError::MissingCluster);
-        }
-        Ok(())
-    }
-
-    /// The label selector of this cluster's Leases.
-    pub fn selector(&self) -> String {
-        format!("{CLUSTER_LABEL}={}", self.cluster)
-    }
-}
-
-/// The watch's materialized Leases plus a local, ordered log of what changed.
-#[derive(Default)]
-struct Cache {
-    seq: u64,
-    records: BTreeMap<String, LeaseRecord>,
-    log: VecDeque<(u64, Change)>,
-    /// The seq of the last re-list: an older cursor must read a snapshot.
-    reset_at: u64,
-    synced: bool,
-}
-
-impl Cache {
-    fn push(&mut self, change: Change) {
-        self.seq += 1;
-        match &change {
-            Change::Upsert(r) => {
-                self.records.insert(r.id().to_string(), r.clone());
-            }
-            Change::Delete { id, .. } => {
-                self.records.remove(id);
-            }
-        }
-        self.log.push_back((self.seq, change));
-        while self.log.len() > LOG_KEEP {
-            self.log.pop_front();
-        }
-    }
-
-    fn reset(&mut self, records: BTreeMap<String, LeaseRecord>) {
-        self.seq += 1;
-        self.records = records;
-        self.log.clear();
-        self.reset_at = self.seq;
-        self.synced = true;
-    }
-
-    fn since(&self, cursor: Option<u64>) -> ChangeBatch {
-        let oldest = self.log.front().map(|(s, _)| *s).unwrap_or(self.seq + 1);
-        match cursor {
-            Some(c)
-                if c >= self.reset_at && c <= self.seq && (c + 1 >= oldest || c == self.seq) =>
-            {
-                ChangeBatch::Changes {
-                    changes: self
-                        .log
-                        .iter()
-                        .filter(|(s, _)| *s > c)
-                        .map(|(_, ch)| ch.clone())
-                        .collect(),
-                    cursor: self.seq,
-                }
-            }
-            _ => ChangeBatch::Snapshot {
-                records: self.records.values().cloned().collect(),
-                cursor: self.seq,
-            },
-        }
-    }
-}
-
-struct Shared {
-    cache: Mutex<Cache>,
-    notify: watch::Sender<u64>,
-    synced: watch::Sender<bool>,
-}
 
 #[derive(Default)]
 struct Own {
     resource_version: Option<String>,
+    /// The `metadata.uid` of the Lease we created (or, rejoining, the one we hold): the
+    /// precondition of every PUT and DELETE of ours.
+    uid: Option<String>,
     ttl: Duration,
     acquired: Option<Timestamp>,
     last_renew: Option<Timestamp>,
@@ -207,6 +84,8 @@ pub struct KubernetesProvider {
     api: Api<Lease>,
     opts: KubernetesOptions,
     host_id: String,
+    /// Our holder identity, `<host-id>/<incarnation>`.
+    holder: String,
     clock: SharedClock,
     own: Mutex<Own>,
     shared: Arc<Shared>,
@@ -284,42 +163,40 @@ pub fn record_of(lease: &Lease) -> Result<LeaseRecord, ProviderError> {
     })
 }
 
-/// A capped exponential backoff for the watch's reconnects (kube's default waits up to 30 s,
-/// far past a membership TTL).
-struct WatchBackoff {
-    next: Duration,
-    max: Duration,
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.max);
-        Some(d)
-    }
-}
-
-impl Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.next = Duration::from_millis(50).min(self.max);
-    }
-}
-
 impl KubernetesProvider {
-    /// A provider for host `host_id` publishing under `opts`. Validates the options (named
-    /// errors before anything binds); the watch starts when the engine subscribes.
+    /// A provider for host `host_id` publishing under `opts`, as a new incarnation (a random
+    /// nonce). Validates the options (named errors before anything binds); the watch starts
+    /// when the engine subscribes.
     pub fn new(
         client: kube::Client,
         opts: KubernetesOptions,
         host_id: impl Into<String>,
         clock: SharedClock,
     ) -> Result<Arc<Self>, KubernetesConfigError> {
+        Self::new_as(
+            client,
+            opts,
+            host_id,
+            &super::provider::random_incarnation(),
+            clock,
+        )
+    }
+
+    /// Like [`KubernetesProvider::new`], as the given incarnation (deterministic tests).
+    pub fn new_as(
+        client: kube::Client,
+        opts: KubernetesOptions,
+        host_id: impl Into<String>,
+        incarnation: &str,
+        clock: SharedClock,
+    ) -> Result<Arc<Self>, KubernetesConfigError> {
         opts.validate()?;
+        let host_id = host_id.into();
         Ok(Arc::new(KubernetesProvider {
             api: Api::namespaced(client, &opts.namespace),
             opts,
-            host_id: host_id.into(),
+            holder: super::provider::holder_identity(&host_id, incarnation),
+            host_id,
             clock,
             own: Mutex::new(Own::default()),
             shared: Arc::new(Shared {
@@ -377,10 +254,12 @@ impl KubernetesProvider {
                     }]
                 }),
                 resource_version: own.resource_version.clone(),
+                // The update precondition the server honours: never re-create a deleted Lease.
+                uid: own.uid.clone(),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
-                holder_identity: Some(self.host_id.clone()),
+                holder_identity: Some(self.holder.clone()),
                 lease_duration_seconds: Some(ttl_secs),
                 acquire_time: Some(MicroTime(acquired)),
                 renew_time: Some(MicroTime(renew)),
@@ -394,8 +273,36 @@ impl KubernetesProvider {
         let version = rv
             .parse::<u64>()
             .map_err(|_| malformed(&self.host_id, "resourceVersion is not a number"))?;
-        self.own.lock().expect("own lock").resource_version = Some(rv);
+        let mut own = self.own.lock().expect("own lock");
+        match (&own.uid, &lease.metadata.uid) {
+            // The first write (a create): remember which Lease is ours.
+            (None, uid) => own.uid = uid.clone(),
+            // A write that answered with another Lease than ours would mean the server created
+            // one: never count it as a renewal.
+            (Some(ours), Some(uid)) if ours != uid => {
+                return Err(ProviderError::Lost {
+                    provider: KIND,
+                    cause: LostCause::Replaced,
+                });
+            }
+            _ => {}
+        }
+        own.resource_version = Some(rv);
         Ok(version)
+    }
+
+    /// Why a fresh read of our Lease, taken after a 409, proves it is no longer ours: gone, not
+    /// the Lease we created (another uid), or held by another incarnation. None: still ours.
+    fn loss_in(&self, current: Option<&Lease>) -> Option<LostCause> {
+        let Some(l) = current else {
+            return Some(LostCause::Gone);
+        };
+        let ours = self.own.lock().expect("own lock").uid.clone();
+        if ours.is_some() && l.metadata.uid != ours {
+            return Some(LostCause::Replaced);
+        }
+        let holder = Self::holder_of(l);
+        (holder != self.holder).then_some(LostCause::HolderChanged { holder })
     }
 
     fn holder_of(lease: &Lease) -> String {
@@ -407,63 +314,13 @@ impl KubernetesProvider {
     }
 
     fn start_watch(&self) {
-        let shared = self.shared.clone();
-        let api = self.api.clone();
-        let cfg = watcher::Config::default().labels(&self.opts.selector());
-        let max = self.opts.watch_backoff_max;
         self.watcher.get_or_init(|| {
-            tokio::spawn(async move {
-                let backoff = WatchBackoff {
-                    next: Duration::from_millis(50).min(max),
-                    max,
-                };
-                let mut stream = watcher::watcher(api, cfg).backoff(backoff).boxed();
-                let mut relist: Option<BTreeMap<String, LeaseRecord>> = None;
-                while let Some(event) = stream.next().await {
-                    let decode = |lease: &Lease| match record_of(lease) {
-                        Ok(r) => Some(r),
-                        Err(e) => {
-                            warn!(error = %e, "ignoring a malformed Lease");
-                            None
-                        }
-                    };
-                    let mut cache = shared.cache.lock().expect("cache lock");
-                    match event {
-                        Ok(Event::Init) => relist = Some(BTreeMap::new()),
-                        Ok(Event::InitApply(lease)) => {
-                            if let (Some(map), Some(r)) = (relist.as_mut(), decode(&lease)) {
-                                map.insert(r.id().to_string(), r);
-                            }
-                        }
-                        Ok(Event::InitDone) => {
-                            cache.reset(relist.take().unwrap_or_default());
-                            shared.synced.send_replace(true);
-                        }
-                        Ok(Event::Apply(lease)) => {
-                            if let Some(r) = decode(&lease) {
-                                cache.push(Change::Upsert(r));
-                            }
-                        }
-                        Ok(Event::Delete(lease)) => {
-                            let id = lease.metadata.name.clone().unwrap_or_default();
-                            let version = lease
-                                .metadata
-                                .resource_version
-                                .as_deref()
-                                .and_then(|rv| rv.parse().ok())
-                                .unwrap_or(0);
-                            cache.push(Change::Delete { id, version });
-                        }
-                        Err(e) => {
-                            debug!(error = %e, "lease watch failed; it re-lists after a backoff");
-                            continue;
-                        }
-                    }
-                    let seq = cache.seq;
-                    drop(cache);
-                    shared.notify.send_replace(seq);
-                }
-            })
+            lease_watch::spawn(
+                self.shared.clone(),
+                self.api.clone(),
+                self.opts.selector(),
+                self.opts.watch_backoff_max,
+            )
         });
     }
 }
@@ -474,12 +331,17 @@ impl MembershipProvider for KubernetesProvider {
         KIND
     }
 
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+
     async fn join(&self, descriptor: &HostDescriptor, ttl: Duration) -> Result<u64, ProviderError> {
         let pp = PostParams::default();
         let lease = {
             let mut own = self.own.lock().expect("own lock");
             own.ttl = ttl;
             own.resource_version = None;
+            own.uid = None;
             own.acquired = None;
             self.lease(descriptor, &mut own)
         };
@@ -503,7 +365,9 @@ impl MembershipProvider for KubernetesProvider {
             return self.written(&created);
         };
         let holder = Self::holder_of(&existing);
-        if holder != self.host_id {
+        if holder != self.holder {
+            // Another incarnation's Lease (a second process with our host id): refused, never
+            // taken over.
             return Err(ProviderError::Conflict {
                 provider: KIND,
                 id: descriptor.id.clone(),
@@ -513,6 +377,7 @@ impl MembershipProvider for KubernetesProvider {
         let lease = {
             let mut own = self.own.lock().expect("own lock");
             own.resource_version = existing.metadata.resource_version.clone();
+            own.uid = existing.metadata.uid.clone();
             self.lease(descriptor, &mut own)
         };
         let replaced = self
@@ -536,33 +401,23 @@ impl MembershipProvider for KubernetesProvider {
                     });
                 }
                 Err(e) if api_code(&e) == Some(409) => {
-                    // Conflict: re-read. Gone or someone else's is proof of loss.
+                    // Conflict: a stale resourceVersion, or the uid precondition failed (the
+                    // Lease was deleted, or deleted and re-created). Only a fresh read tells:
+                    // gone, another uid or another holder is proof of loss.
                     let current = self
                         .api
                         .get_opt(&descriptor.id)
                         .await
                         .map_err(|e| unavailable("renew", e))?;
-                    match current {
-                        None => {
-                            return Err(ProviderError::Lost {
-                                provider: KIND,
-                                cause: LostCause::Gone,
-                            });
-                        }
-                        Some(l) if Self::holder_of(&l) != self.host_id => {
-                            return Err(ProviderError::Lost {
-                                provider: KIND,
-                                cause: LostCause::HolderChanged {
-                                    holder: Self::holder_of(&l),
-                                },
-                            });
-                        }
-                        Some(l) => {
-                            // Still ours (someone touched labels, say): retry on its version.
-                            self.own.lock().expect("own lock").resource_version =
-                                l.metadata.resource_version.clone();
-                        }
+                    if let Some(cause) = self.loss_in(current.as_ref()) {
+                        return Err(ProviderError::Lost {
+                            provider: KIND,
+                            cause,
+                        });
                     }
+                    // Still ours (someone touched labels, say): retry on its version.
+                    self.own.lock().expect("own lock").resource_version =
+                        current.and_then(|l| l.metadata.resource_version);
                 }
                 Err(e) => return Err(unavailable("renew", e)),
             }
@@ -575,11 +430,14 @@ impl MembershipProvider for KubernetesProvider {
 
     async fn withdraw(&self) -> Result<(), ProviderError> {
         for _ in 0..3 {
-            let rv = self.own.lock().expect("own lock").resource_version.clone();
+            let (rv, uid) = {
+                let own = self.own.lock().expect("own lock");
+                (own.resource_version.clone(), own.uid.clone())
+            };
             let dp = DeleteParams {
                 preconditions: Some(Preconditions {
                     resource_version: rv,
-                    uid: None,
+                    uid,
                 }),
                 ..Default::default()
             };
@@ -587,19 +445,17 @@ impl MembershipProvider for KubernetesProvider {
                 Ok(_) => return Ok(()),
                 Err(e) if api_code(&e) == Some(404) => return Ok(()),
                 Err(e) if api_code(&e) == Some(409) => {
-                    match self
+                    let current = self
                         .api
                         .get_opt(&self.host_id)
                         .await
-                        .map_err(|e| unavailable("withdraw", e))?
-                    {
-                        Some(l) if Self::holder_of(&l) == self.host_id => {
-                            self.own.lock().expect("own lock").resource_version =
-                                l.metadata.resource_version.clone();
-                        }
+                        .map_err(|e| unavailable("withdraw", e))?;
+                    if self.loss_in(current.as_ref()).is_some() {
                         // Gone, or not ours any more: nothing of ours to withdraw.
-                        _ => return Ok(()),
+                        return Ok(());
                     }
+                    self.own.lock().expect("own lock").resource_version =
+                        current.and_then(|l| l.metadata.resource_version);
                 }
                 Err(e) => return Err(unavailable("withdraw", e)),
             }
@@ -658,43 +514,6 @@ impl MembershipProvider for KubernetesProvider {
 mod tests {
     use super::*;
 
-    fn opts() -> KubernetesOptions {
-        KubernetesOptions {
-            namespace: "default".into(),
-            cluster: "demo".into(),
-            role: "engine".into(),
-            pod_name: "engine-0".into(),
-            pod_uid: Some("uid-1".into()),
-            watch_backoff_max: Duration::from_secs(2),
-        }
-    }
-
-    #[test]
-    fn missing_pod_identity_is_a_named_error() {
-        assert_eq!(opts().validate(), Ok(()));
-        let err = KubernetesOptions {
-            pod_name: " ".into(),
-            ..opts()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(matches!(
-            err,
-            KubernetesConfigError::MissingPodIdentity {
-                var: "POD_NAME",
-                ..
-            }
-        ));
-        assert!(err.to_string().contains("metadata.name"), "{err}");
-        let err = KubernetesOptions {
-            namespace: String::new(),
-            ..opts()
-        }
-        .validate()
-        .unwrap_err();
-        assert!(err.to_string().contains("POD_NAMESPACE"), "{err}");
-    }
-
     #[test]
     fn a_lease_reads_back_as_the_record_it_was_written_from() {
         let d = HostDescriptor::new("engine-0-ab12", "10.0.0.7:7400", None, None);
@@ -731,22 +550,5 @@ mod tests {
             record_of(&lease),
             Err(ProviderError::Malformed { .. })
         ));
-    }
-
-    #[test]
-    fn an_old_cursor_reads_a_snapshot() {
-        let mut c = Cache::default();
-        c.reset(BTreeMap::new());
-        let at = c.seq;
-        c.push(Change::Delete {
-            id: "x".into(),
-            version: 3,
-        });
-        assert!(
-            matches!(c.since(Some(at)), ChangeBatch::Changes { ref changes, .. } if changes.len() == 1)
-        );
-        c.reset(BTreeMap::new());
-        assert!(matches!(c.since(Some(at)), ChangeBatch::Snapshot { .. }));
-        assert!(matches!(c.since(None), ChangeBatch::Snapshot { .. }));
     }
 }
