@@ -97,6 +97,7 @@ pub fn dir_view(view: &MembershipView) -> DirView {
                     },
                     h.is_stateful(),
                 )
+                .with_epoch(h.active_epoch)
             })
             .collect(),
     )

@@ -183,6 +183,8 @@ struct Inner {
     /// The next feed read is a snapshot (`changes_since(None)`): after this host confirmed a
     /// departure its feed has not delivered, it reads the log up to the deletion that way.
     relist: std::sync::atomic::AtomicBool,
+    /// This host has asked to be `active` before (the next time is a new active epoch).
+    was_active: std::sync::atomic::AtomicBool,
 }
 
 /// Aborts the background tasks when the last handle is dropped.
@@ -270,6 +272,7 @@ pub async fn start(
         own_version: AtomicU64::new(0),
         coalescer: OnceLock::new(),
         relist: std::sync::atomic::AtomicBool::new(false),
+        was_active: std::sync::atomic::AtomicBool::new(false),
         cfg,
         clock,
         provider,
@@ -1036,8 +1039,27 @@ impl MembershipHandle {
     }
 
     /// Publishes a new status (a lease write), then refreshes the view.
+    ///
+    /// Becoming `active` again after having been active (an app that detached and came back)
+    /// bumps the descriptor's `active_epoch`: the re-activation is a new record version every
+    /// peer can tell from the earlier one, so a peer whose feed still shows the earlier
+    /// `active` record disagrees on the directory fingerprint until it has seen this one.
     pub async fn set_status(&self, status: HostStatus) -> Result<(), MembershipError> {
-        self.inner.desired.lock().expect("desired lock").status = status;
+        {
+            let mut desired = self.inner.desired.lock().expect("desired lock");
+            // (`swap` only when becoming active: the first time marks it, later ones bump.)
+            if status == HostStatus::Active
+                && desired.status != HostStatus::Active
+                && self.inner.was_active.swap(true, Ordering::SeqCst)
+            {
+                desired.active_epoch += 1;
+                info!(
+                    epoch = desired.active_epoch,
+                    "active again under the same id: a new active epoch"
+                );
+            }
+            desired.status = status;
+        }
         self.inner.write_lease().await?;
         self.refresh().await.map(|_| ())
     }
