@@ -13,6 +13,7 @@ use sigx_sidecar::runtime::registry::{ActorType, Registry};
 use sigx_sidecar::runtime::{AppSession, Runtime};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -24,6 +25,16 @@ pub fn error_name(e: &ActorError) -> String {
 /// The app attached to one host's runtime.
 pub struct SimApp {
     pub session: Arc<AppSession>,
+    /// Set when the app goes away: it runs (and records) no further turn, not even one already
+    /// queued on its stream.
+    gone: Arc<AtomicBool>,
+}
+
+impl SimApp {
+    /// The app goes away (its container stops): call before the runtime detaches it.
+    pub fn go_away(&self) {
+        self.gone.store(true, Ordering::SeqCst);
+    }
 }
 
 impl SimApp {
@@ -51,8 +62,9 @@ impl SimApp {
         let session = runtime
             .attach(registry, tx)
             .map_err(|e| format!("app attach failed: {e}"))?;
-        tokio::spawn(serve(session.clone(), rx, shared, me, cfg));
-        Ok(Arc::new(SimApp { session }))
+        let gone = Arc::new(AtomicBool::new(false));
+        tokio::spawn(serve(session.clone(), rx, shared, me, cfg, gone.clone()));
+        Ok(Arc::new(SimApp { session, gone }))
     }
 }
 
@@ -67,9 +79,13 @@ async fn serve(
     shared: Arc<Shared>,
     me: Arc<HostShared>,
     cfg: Arc<SimConfig>,
+    gone: Arc<AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(me.seed ^ 0x5151_aaaa);
     while let Some(msg) = rx.recv().await {
+        if gone.load(Ordering::SeqCst) {
+            return;
+        }
         let Ok(v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Turn(turn)),
         }) = msg

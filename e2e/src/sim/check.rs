@@ -1,8 +1,9 @@
 //! The invariant checker: judges a recorded history.
 //!
 //! 1. **Single activation.** An activation lives from its Activate turn until the earliest of:
-//!    its Deactivate turn, its host's crash, fence or completed leave, and the instant its host's
-//!    lease lapsed (true time; see `store.rs`). Two activations of one actor never overlap, and
+//!    its Deactivate turn, its app going away (detached while the sidecar lives), its host's
+//!    crash, fence or completed leave, and the instant its host's lease lapsed (true time; see
+//!    `store.rs`). Two activations of one actor never overlap, and
 //!    no method turn of an activation runs after its end.
 //! 2. **Every call ends** with a defined answer (success or an error kind, outcome-unknown
 //!    included) within its deadline plus [`ANSWER_BOUND_MS`], unless its caller crashed first.
@@ -70,6 +71,11 @@ fn acts(history: &[Event]) -> BTreeMap<String, Act> {
             }
             Ev::ActEnd { act } => {
                 if let Some(a) = acts.get_mut(act) {
+                    a.deactivated.get_or_insert(at);
+                }
+            }
+            Ev::AppDetached { host } => {
+                for a in acts.values_mut().filter(|a| a.host == *host) {
                     a.deactivated.get_or_insert(at);
                 }
             }

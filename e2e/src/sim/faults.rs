@@ -47,6 +47,46 @@ pub enum Fault {
         leaver: usize,
         dur_ms: u64,
     },
+    /// The host's app goes away (its container restarts) while the sidecar lives: the runtime
+    /// drops its activations and the host goes back to `joining`; a new app attaches `dur_ms`
+    /// later and the host becomes `active` again under the same id.
+    AppDetach { slot: usize, dur_ms: u64 },
+    /// One host's watch stalls where it is for `dur_ms`: its feed delivers nothing new, while
+    /// its reads, its writes and its relists still work (a watch with no idle timeout).
+    StallFeed { slot: usize, dur_ms: u64 },
+    /// One host's stalled watch moves on, up to and including `target`'s next `joining` record,
+    /// and stalls there again for `dur_ms`: the view knows the target went back to joining,
+    /// not that it came back (the model's A-B-A trace).
+    FeedUntilJoining {
+        slot: usize,
+        target: usize,
+        dur_ms: u64,
+    },
+}
+
+impl Fault {
+    /// How long the fault lasts once applied (0 for an instant one).
+    pub fn span_ms(&self) -> u64 {
+        match self {
+            Fault::Partition { dur_ms, .. }
+            | Fault::IsolatePeers { dur_ms, .. }
+            | Fault::IsolateStore { dur_ms, .. }
+            | Fault::StoreOutage { dur_ms }
+            | Fault::FreezeFeed { dur_ms, .. }
+            | Fault::Latency { dur_ms, .. }
+            | Fault::Suspend { dur_ms, .. }
+            | Fault::LaggingJoin { dur_ms, .. }
+            | Fault::LaggingLeave { dur_ms, .. }
+            | Fault::AppDetach { dur_ms, .. }
+            | Fault::StallFeed { dur_ms, .. }
+            | Fault::FeedUntilJoining { dur_ms, .. } => *dur_ms,
+            Fault::Crash { .. }
+            | Fault::Leave { .. }
+            | Fault::Join
+            | Fault::ResetConnections { .. }
+            | Fault::RollingRestart { .. } => 0,
+        }
+    }
 }
 
 /// A fault at a time.
@@ -76,6 +116,116 @@ impl fmt::Display for Schedule {
         }
         Ok(())
     }
+}
+
+impl Schedule {
+    /// When the last fault has ended.
+    pub fn end_ms(&self) -> u64 {
+        self.0
+            .iter()
+            .map(|t| t.at_ms + t.fault.span_ms())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// One schedule of the regression corpus: a hole of issue 12 as an explicit fault sequence.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub name: &'static str,
+    /// What it reproduces when its fix is switched off.
+    pub what: &'static str,
+    /// Hosts at the start (`h1`, `h2`, ...; slots index the serving hosts sorted by id).
+    pub hosts: usize,
+    /// Actors the workload calls.
+    pub actors: u32,
+    pub schedule: Schedule,
+}
+
+fn at(at_ms: u64, fault: Fault) -> Timed {
+    Timed { at_ms, fault }
+}
+
+/// The regression corpus of views and eligibility (issue 12, holes A and B).
+pub fn corpus() -> Vec<Named> {
+    vec![
+        Named {
+            name: "A_stalled_watch_newcomer_departure",
+            what: "h1's watch stalls; h3 joins (h1 never sees it) and activates actors in h2's \
+                   partitions; h2 dies; h1 confirms h2 gone by a fresh read. Published ahead of \
+                   the feed, h1's view is {h1}: it owns every partition with an empty wait set \
+                   and activates actors h3 holds.",
+            hosts: 2,
+            // Many, so that some are first activated by the newcomer, after it joined.
+            actors: 200,
+            schedule: Schedule(vec![
+                at(
+                    1000,
+                    Fault::StallFeed {
+                        slot: 0,
+                        dur_ms: 3000,
+                    },
+                ),
+                at(1010, Fault::Join),
+                at(
+                    1500,
+                    Fault::Crash {
+                        slot: 1,
+                        restart_after_ms: None,
+                    },
+                ),
+            ]),
+        },
+        Named {
+            name: "B_app_detach_reattach",
+            what: "h1's app detaches (h1 goes joining), h2 takes h1's partitions over and \
+                   activates actors there, h1's app re-attaches. Ready across the re-activation, \
+                   h1 serves its stale table and activates actors h2 holds.",
+            hosts: 2,
+            actors: 16,
+            schedule: Schedule(vec![at(
+                1500,
+                Fault::AppDetach {
+                    slot: 0,
+                    dur_ms: 600,
+                },
+            )]),
+        },
+        Named {
+            name: "B_fingerprint_aba",
+            what: "The model's A-B-A trace (shared/model/B_fingerprint_aba.txt): h2's watch \
+                   stalls; h1's app detaches and re-attaches; h1 collects from h2, which still \
+                   shows h1's earlier active record; h2's feed then delivers h1's joining record \
+                   and stalls again: h2 owns every partition with an empty wait set and \
+                   activates actors h1 holds.",
+            hosts: 2,
+            actors: 16,
+            schedule: Schedule(vec![
+                at(
+                    1000,
+                    Fault::StallFeed {
+                        slot: 1,
+                        dur_ms: 3000,
+                    },
+                ),
+                at(
+                    1010,
+                    Fault::AppDetach {
+                        slot: 0,
+                        dur_ms: 500,
+                    },
+                ),
+                at(
+                    2500,
+                    Fault::FeedUntilJoining {
+                        slot: 1,
+                        target: 0,
+                        dur_ms: 1500,
+                    },
+                ),
+            ]),
+        },
+    ]
 }
 
 /// Which faults a schedule draws from.
@@ -151,18 +301,7 @@ pub fn random(
                 step_ms: rng.random_range(150..600),
             },
         };
-        let span = match &fault {
-            Fault::Partition { dur_ms, .. }
-            | Fault::IsolatePeers { dur_ms, .. }
-            | Fault::IsolateStore { dur_ms, .. }
-            | Fault::StoreOutage { dur_ms }
-            | Fault::FreezeFeed { dur_ms, .. }
-            | Fault::Latency { dur_ms, .. }
-            | Fault::Suspend { dur_ms, .. }
-            | Fault::LaggingJoin { dur_ms, .. }
-            | Fault::LaggingLeave { dur_ms, .. } => *dur_ms,
-            _ => 0,
-        };
+        let span = fault.span_ms();
         let latest = until_ms.saturating_sub(span).max(from_ms + 1);
         let at_ms = rng.random_range(from_ms..latest);
         out.push(Timed { at_ms, fault });

@@ -53,8 +53,8 @@ struct Parts {
     router: Arc<Router>,
     /// The runtime's gate (fenced by a stop that cannot withdraw).
     late_gate: Arc<LateGate>,
-    /// Keeps the app attached for the host's life.
-    _app: Arc<SimApp>,
+    /// The app attached now (`None` while it is away).
+    app: Mutex<Option<Arc<SimApp>>>,
 }
 
 /// The software of one simulated host (a turmoil host future).
@@ -207,7 +207,7 @@ pub async fn run(
         directory,
         router,
         late_gate,
-        _app: app,
+        app: Mutex::new(Some(app)),
     });
     tokio::spawn(fence_watch(parts.clone()));
     tokio::spawn(workload(parts.clone()));
@@ -234,6 +234,8 @@ pub async fn run(
             Command::CheckRegistrations => {
                 tokio::spawn(check_registrations(parts.clone()));
             }
+            Command::AppDetach => parts.app_detach(),
+            Command::AppAttach => parts.app_attach(),
             Command::Leave => {
                 parts.leave().await;
                 let _ = down_tx.send(true);
@@ -295,6 +297,59 @@ impl Parts {
                 host: self.me.id.clone(),
             },
         );
+    }
+
+    /// The app goes away while the sidecar lives (a container restart): the runtime drops its
+    /// activations, and the host goes back to `joining`, as `bring_up`'s status loop does
+    /// (`host/cluster.rs`: joining while no app is registered).
+    fn app_detach(&self) {
+        let Some(app) = self.app.lock().expect("app lock").take() else {
+            return;
+        };
+        app.go_away();
+        self.runtime.detach(&app.session);
+        self.shared.record(
+            &self.me,
+            Ev::AppDetached {
+                host: self.me.id.clone(),
+            },
+        );
+        self.publish_status(HostStatus::Joining);
+    }
+
+    /// A new app attaches: the host becomes `active` again under the same id.
+    fn app_attach(&self) {
+        let mut slot = self.app.lock().expect("app lock");
+        if slot.is_some() {
+            return;
+        }
+        match SimApp::attach(
+            &self.runtime,
+            self.shared.clone(),
+            self.me.clone(),
+            self.cfg.clone(),
+        ) {
+            Ok(app) => *slot = Some(app),
+            Err(e) => {
+                tracing::warn!(host = %self.me.id, error = %e, "sim: app re-attach failed");
+                return;
+            }
+        }
+        drop(slot);
+        self.shared.record(
+            &self.me,
+            Ev::AppAttached {
+                host: self.me.id.clone(),
+            },
+        );
+        self.publish_status(HostStatus::Active);
+    }
+
+    fn publish_status(&self, status: HostStatus) {
+        let m = self.membership.clone();
+        tokio::spawn(async move {
+            let _ = m.set_status(status).await;
+        });
     }
 
     /// The graceful stop of `Host::stop`, in its order: leaving, drain, deactivate (and

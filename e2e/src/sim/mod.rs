@@ -83,6 +83,9 @@ pub struct SimConfig {
     pub expiry_check: ExpiryCheck,
     /// Deliberately broken self-fencing (checker tests only).
     pub self_fence: SelfFence,
+    /// An explicit fault schedule in place of the seed's random one (the regression corpus:
+    /// one named schedule per hole, see [`faults::corpus`]). Random scenario only.
+    pub schedule: Option<Schedule>,
 }
 
 /// Time after the deadline within which every call must have been answered.
@@ -109,6 +112,17 @@ impl SimConfig {
             faults: ProtocolFaults::default(),
             expiry_check: ExpiryCheck::FreshRead,
             self_fence: SelfFence::OnExpiry,
+            schedule: None,
+        }
+    }
+
+    /// `schedule` instead of random faults, with the rest shaped by `seed` as [`Self::random`]
+    /// shapes it (a regression schedule runs under a few seeds: the workload differs, the
+    /// faults do not).
+    pub fn scheduled(seed: u64, schedule: Schedule) -> Self {
+        SimConfig {
+            schedule: Some(schedule),
+            ..SimConfig::random(seed)
         }
     }
 
@@ -257,6 +271,10 @@ struct Driver<'a> {
     partitions: Vec<(String, String)>,
     isolated: Vec<String>,
     frozen: Vec<String>,
+    /// Hosts whose feed is held by a [`store::FeedHold`].
+    stalled: Vec<String>,
+    /// Hosts whose app is away.
+    detached: Vec<String>,
     /// (laggard, newcomer, freeze for, give up at): freeze the laggard's feed as soon as its
     /// view shows the newcomer.
     freeze_on_sight: Vec<(String, String, u64, u64)>,
@@ -275,6 +293,8 @@ enum Action {
     Unfreeze(String),
     LatencyNormal,
     Resume(String),
+    AppAttach(String),
+    OpenFeed(String),
 }
 
 const NORMAL_LATENCY: Duration = Duration::from_millis(3);
@@ -493,6 +513,39 @@ impl<'a> Driver<'a> {
                     self.at(now + 20, Action::Leave(y));
                 }
             }
+            Fault::AppDetach { slot, dur_ms } => {
+                if let Some(x) = self.slot(slot)
+                    && !self.detached.contains(&x)
+                {
+                    self.send(&x, Command::AppDetach);
+                    self.detached.push(x.clone());
+                    self.at(now + dur_ms, Action::AppAttach(x));
+                }
+            }
+            Fault::StallFeed { slot, dur_ms } => {
+                if let Some(x) = self.slot(slot) {
+                    self.hold_feed(&x, store::FeedHold::Stall);
+                    self.at(now + dur_ms, Action::OpenFeed(x));
+                }
+            }
+            Fault::FeedUntilJoining {
+                slot,
+                target,
+                dur_ms,
+            } => {
+                if let (Some(x), Some(y)) = (self.slot(slot), self.slot(target))
+                    && x != y
+                {
+                    self.hold_feed(
+                        &x,
+                        store::FeedHold::Until {
+                            host: y,
+                            status: sigx_sidecar::membership::HostStatus::Joining,
+                        },
+                    );
+                    self.at(now + dur_ms, Action::OpenFeed(x));
+                }
+            }
             Fault::RollingRestart { step_ms } => {
                 let mut t = now;
                 for id in serving {
@@ -502,6 +555,20 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+    }
+
+    fn hold_feed(&mut self, id: &str, hold: store::FeedHold) {
+        if let Some(h) = self.shared.host(id) {
+            *h.feed_hold.lock().expect("feed hold lock") = hold;
+            self.stalled.push(id.to_string());
+        }
+    }
+
+    fn open_feed(&mut self, id: &str) {
+        if let Some(h) = self.shared.host(id) {
+            *h.feed_hold.lock().expect("feed hold lock") = store::FeedHold::Open;
+        }
+        self.stalled.retain(|i| i != id);
     }
 
     fn hold(&mut self, a: &str, b: &str) {
@@ -552,6 +619,11 @@ impl<'a> Driver<'a> {
             }
             Action::LatencyNormal => self.sim.set_max_message_latency(NORMAL_LATENCY),
             Action::Resume(x) => self.send(&x, Command::Resume),
+            Action::AppAttach(x) => {
+                self.detached.retain(|i| *i != x);
+                self.send(&x, Command::AppAttach);
+            }
+            Action::OpenFeed(x) => self.open_feed(&x),
         }
     }
 
@@ -568,6 +640,12 @@ impl<'a> Driver<'a> {
         self.freeze_on_sight.clear();
         for x in std::mem::take(&mut self.frozen) {
             self.hub.freeze_feed(&x, false);
+        }
+        for x in std::mem::take(&mut self.stalled) {
+            self.open_feed(&x);
+        }
+        for x in std::mem::take(&mut self.detached) {
+            self.send(&x, Command::AppAttach);
         }
         self.hub.set_outage(false);
         self.sim.set_max_message_latency(NORMAL_LATENCY);
@@ -732,6 +810,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
     let seed = cfg.seed;
     let mut rng = StdRng::seed_from_u64(seed);
     let schedule = match cfg.scenario {
+        Scenario::Random if cfg.schedule.is_some() => cfg.schedule.clone().unwrap_or_default(),
         Scenario::Random => faults::random(
             &mut rng,
             cfg.mix,
@@ -781,6 +860,8 @@ pub fn run(cfg: SimConfig) -> SimReport {
         partitions: Vec::new(),
         isolated: Vec::new(),
         frozen: Vec::new(),
+        stalled: Vec::new(),
+        detached: Vec::new(),
         freeze_on_sight: Vec::new(),
         figures: Figures::default(),
     };
@@ -794,7 +875,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
     d.shared.load.store(true, Ordering::SeqCst);
 
     let heal_at = match cfg.scenario {
-        Scenario::Random => FAULTS_UNTIL_MS,
+        Scenario::Random => FAULTS_UNTIL_MS.max(schedule.end_ms()),
         Scenario::Crash => {
             d.run_until(AVAIL_EVENT_MS, |_| false);
             // Which actors live on the victim right now, from the history.

@@ -12,12 +12,36 @@
 use super::world::{HostShared, Shared};
 use async_trait::async_trait;
 use sigx_sidecar::membership::{
-    ChangeBatch, DeleteOutcome, HostDescriptor, LeaseRecord, MembershipProvider, MemoryProvider,
-    ProviderError,
+    Change, ChangeBatch, DeleteOutcome, HostDescriptor, HostStatus, LeaseRecord,
+    MembershipProvider, MemoryProvider, ProviderError,
 };
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+
+/// Whether one host's change feed (its watch) is stalled. Only reads that follow a cursor are
+/// held: a snapshot read (`changes_since(None)`, a relist) reads the store as it is, as do fresh
+/// reads and writes. Relies on the hub's log numbering every change with its own store version
+/// (`Upsert.record.version`, `Delete.version`), consecutively.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum FeedHold {
+    /// The feed delivers everything.
+    #[default]
+    Open,
+    /// Stall where the feed is at its next read.
+    Stall,
+    /// Deliver nothing after this store version.
+    At(u64),
+    /// Deliver up to and including `host`'s next record with `status`, then stall there.
+    Until { host: String, status: HostStatus },
+}
+
+fn version_of(c: &Change) -> u64 {
+    match c {
+        Change::Upsert(r) => r.version,
+        Change::Delete { version, .. } => *version,
+    }
+}
 
 /// One host's handle on the shared store.
 pub struct SimProvider {
@@ -91,7 +115,58 @@ impl MembershipProvider for SimProvider {
 
     async fn changes_since(&self, cursor: Option<u64>) -> Result<ChangeBatch, ProviderError> {
         self.unfrozen().await;
-        self.inner.changes_since(cursor).await
+        let Some(c) = cursor else {
+            return self.inner.changes_since(None).await;
+        };
+        let hold = self.host.feed_hold.lock().expect("feed hold lock").clone();
+        let nothing = ChangeBatch::Changes {
+            changes: Vec::new(),
+            cursor: c,
+        };
+        match hold {
+            FeedHold::Open => self.inner.changes_since(cursor).await,
+            FeedHold::Stall => {
+                *self.host.feed_hold.lock().expect("feed hold lock") = FeedHold::At(c);
+                Ok(nothing)
+            }
+            FeedHold::At(limit) if c >= limit => Ok(nothing),
+            FeedHold::At(limit) => Ok(match self.inner.changes_since(cursor).await? {
+                ChangeBatch::Changes { changes, cursor } => ChangeBatch::Changes {
+                    changes: changes
+                        .into_iter()
+                        .filter(|ch| version_of(ch) <= limit)
+                        .collect(),
+                    cursor: cursor.min(limit),
+                },
+                snapshot => snapshot,
+            }),
+            FeedHold::Until { host, status } => {
+                Ok(match self.inner.changes_since(cursor).await? {
+                    ChangeBatch::Changes {
+                        mut changes,
+                        cursor,
+                    } => {
+                        let hit = changes.iter().position(|ch| {
+                        matches!(ch, Change::Upsert(r) if r.id() == host && r.descriptor.status == status)
+                    });
+                        match hit {
+                            Some(i) => {
+                                changes.truncate(i + 1);
+                                let at = version_of(&changes[i]);
+                                *self.host.feed_hold.lock().expect("feed hold lock") =
+                                    FeedHold::At(at);
+                                ChangeBatch::Changes {
+                                    changes,
+                                    cursor: at,
+                                }
+                            }
+                            None => ChangeBatch::Changes { changes, cursor },
+                        }
+                    }
+                    snapshot => snapshot,
+                })
+            }
+        }
     }
 
     fn notifications(&self) -> watch::Receiver<u64> {

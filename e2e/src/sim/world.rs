@@ -79,6 +79,15 @@ pub enum Ev {
         act: String,
         found: String,
     },
+    /// The host's app went away while its sidecar lives: every activation of the host ends
+    /// here (the app that ran them is gone).
+    AppDetached {
+        host: String,
+    },
+    /// A new app attached to the host.
+    AppAttached {
+        host: String,
+    },
     /// A fault of the schedule was applied.
     Fault(String),
 }
@@ -121,6 +130,10 @@ pub enum Command {
         retry_until_ok: bool,
     },
     CheckRegistrations,
+    /// The app detaches (the sidecar lives on).
+    AppDetach,
+    /// A new app attaches.
+    AppAttach,
 }
 
 /// Where a host is in its life.
@@ -178,6 +191,8 @@ pub struct HostShared {
     pub membership: Slot<MembershipHandle>,
     /// Held links this host's suspend installed (released on resume).
     pub held: Mutex<Vec<String>>,
+    /// Whether this host's change feed is stalled (see [`super::store::FeedHold`]).
+    pub feed_hold: Mutex<super::store::FeedHold>,
 }
 
 impl HostShared {
@@ -196,6 +211,7 @@ impl HostShared {
             directory: Slot::default(),
             membership: Slot::default(),
             held: Mutex::default(),
+            feed_hold: Mutex::default(),
         })
     }
 

@@ -67,7 +67,7 @@ fn pending_partitions(inner: &Inner, view: &DirView) -> Vec<u32> {
             continue;
         }
         let mut part = inner.part(p);
-        if !part.is_ready() {
+        if !inner.is_ready(&part, view) {
             part.state = OwnerState::Recovering;
             pending.push(p);
         }
@@ -102,7 +102,7 @@ async fn collector(inner: Arc<Inner>) {
         // DESIGN §4: a round under a view that is no longer current cannot commit, so a view
         // change (a host leaving mid-round, a newcomer) restarts it at once instead of waiting
         // out the RPCs still in flight to a host that is gone.
-        let fingerprint = view.fingerprint();
+        let fingerprint = inner.fingerprint(&view);
         let round = run_round(&inner, &view, &pending);
         tokio::pin!(round);
         let result = loop {
@@ -112,13 +112,13 @@ async fn collector(inner: Arc<Inner>) {
                 // Collect to the departed host. Which task sees the view change first is up to
                 // the scheduler, so a failed round under a changed view counts as restarted too.
                 r = &mut round => {
-                    break r.map_err(|e| (e, inner.views.view().fingerprint() != fingerprint));
+                    break r.map_err(|e| (e, inner.fingerprint(&inner.views.view()) != fingerprint));
                 }
                 r = rx.changed() => {
                     if r.is_err() {
                         return;
                     }
-                    if inner.views.view().fingerprint() != fingerprint {
+                    if inner.fingerprint(&inner.views.view()) != fingerprint {
                         break Err(("the view changed during the round".to_string(), true));
                     }
                 }
@@ -166,7 +166,7 @@ async fn collector(inner: Arc<Inner>) {
 
 /// One collection round under `view`'s fingerprint.
 async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Result<(), String> {
-    let fingerprint = view.fingerprint();
+    let fingerprint = inner.fingerprint(view);
     let holders: Vec<_> = view.claim_holders_except(&inner.me).cloned().collect();
     // One batch of partitions per request keeps every answer well under the mesh's message
     // limit even for hosts with millions of activations; batches to one host go one at a time.
@@ -243,12 +243,15 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
     }
     // Commit, only if nothing moved while the answers were in flight.
     let now_view = inner.views.view();
-    if now_view.fingerprint() != fingerprint {
+    if inner.fingerprint(&now_view) != fingerprint {
         return Err("view changed during the round".into());
     }
     if inner.views.check_lease().is_err() {
         return Err("lease not valid at commit".into());
     }
+    let Some(epoch) = inner.own_epoch(&now_view) else {
+        return Err("this host is not directory-eligible in its own view at commit".into());
+    };
     let mut conflicts = 0u64;
     for &p in pending {
         if now_view.owner(p).is_none_or(|o| o.id != inner.me) {
@@ -290,7 +293,10 @@ async fn run_round(inner: &Arc<Inner>, view: &DirView, pending: &[u32]) -> Resul
             // fingerprint), so nothing here names a host absent from it.
             part.table.insert(&inner.hasher, &ty, &key, host, act);
         }
-        part.state = OwnerState::Ready { term: part.term };
+        part.state = OwnerState::Ready {
+            term: part.term,
+            epoch,
+        };
     }
     if conflicts > 0 {
         inner

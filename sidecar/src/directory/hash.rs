@@ -113,6 +113,27 @@ where
     h.finish()
 }
 
+/// The fingerprint of the active stateful hosts with their active epochs (sorted by id by the
+/// caller): each `(id, epoch)` hashes as in [`fingerprint`], followed by `0x01` and the epoch
+/// as 8 little-endian bytes when the epoch is not 0. A view in which no host ever re-activated
+/// has the same fingerprint as under [`fingerprint`], so hosts of an older version agree with
+/// it until one of them re-activates. (Host ids never contain `0x00` or `0x01`.)
+pub fn fingerprint_with_epochs<'a, I>(sorted: I) -> u64
+where
+    I: IntoIterator<Item = (&'a str, u64)>,
+{
+    let mut h = Fnv1a::default();
+    for (id, epoch) in sorted {
+        h.write(id.as_bytes());
+        h.write(&[0]);
+        if epoch != 0 {
+            h.write(&[1]);
+            h.write(&epoch.to_le_bytes());
+        }
+    }
+    h.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +155,20 @@ mod tests {
         assert_eq!(weight(7, "host-a"), 0x7965_560b_fb5a_3fb4);
         assert_eq!(fingerprint(["host-a", "host-b"]), 0x5543_6594_60f5_5de0);
         assert_eq!(fingerprint([]), 0xefd0_1f60_ba99_2926);
+        assert_eq!(
+            fingerprint_with_epochs([("host-a", 0), ("host-b", 0)]),
+            fingerprint(["host-a", "host-b"])
+        );
+    }
+
+    #[test]
+    fn a_re_activation_changes_the_fingerprint() {
+        let first = fingerprint_with_epochs([("a", 0), ("b", 0)]);
+        let again = fingerprint_with_epochs([("a", 1), ("b", 0)]);
+        let twice = fingerprint_with_epochs([("a", 2), ("b", 0)]);
+        assert_ne!(first, again);
+        assert_ne!(again, twice);
+        assert_ne!(again, fingerprint_with_epochs([("a", 0), ("b", 1)]));
     }
 
     #[test]

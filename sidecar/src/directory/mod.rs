@@ -68,6 +68,14 @@ pub struct ProtocolFaults {
     /// the responder's view), and the requester accepts answers given under another
     /// fingerprint.
     pub collect_ignores_fingerprint: bool,
+    /// Rule 2 with the fingerprint over host ids only, not their active epochs: a host that
+    /// went `active → joining → active` is taken for its earlier activation by a peer whose
+    /// feed missed the `joining` (the model's A-B-A counterexample).
+    pub fingerprint_without_epochs: bool,
+    /// Rule 2 without forgetting: a partition made ready stays ready when this host drops out
+    /// of directory eligibility and comes back (its app detached and re-attached), serving
+    /// the table it had before, which misses every claim granted meanwhile (issue 12, hole B).
+    pub keep_readiness_across_reactivation: bool,
 }
 
 /// Timings of the directory protocol.
@@ -143,8 +151,9 @@ enum OwnerState {
     Idle,
     /// Owner in the current view, collecting.
     Recovering,
-    /// Ready since this host's term for the partition was `term`.
-    Ready { term: u64 },
+    /// Ready since this host's term for the partition was `term`, made ready while this host
+    /// was active in its own view under active epoch `epoch`.
+    Ready { term: u64, epoch: u64 },
 }
 
 /// One partition, both sides.
@@ -170,8 +179,13 @@ impl Partition {
         }
     }
 
-    fn is_ready(&self) -> bool {
-        matches!(self.state, OwnerState::Ready { term } if term == self.term)
+    /// Ready, under this host's current active epoch (`None`: not directory-eligible in its
+    /// own view). A host that dropped out of eligibility and came back has a new epoch, so
+    /// nothing it made ready before counts: it collects anew (DESIGN.md §4, Rule 2), even when
+    /// its view watcher never saw the views in between.
+    fn is_ready_under(&self, epoch: Option<u64>) -> bool {
+        matches!(self.state, OwnerState::Ready { term, epoch: e }
+            if term == self.term && epoch == Some(e))
     }
 }
 
@@ -280,6 +294,33 @@ impl Inner {
         self.hosts.write().expect("host interner lock").intern(id)
     }
 
+    /// This host's active epoch in `view`, if it is directory-eligible there.
+    fn own_epoch(&self, view: &DirView) -> Option<u64> {
+        view.get(&self.me)
+            .filter(|h| h.is_directory_eligible())
+            .map(|h| {
+                if self.config.faults.keep_readiness_across_reactivation {
+                    0
+                } else {
+                    h.epoch
+                }
+            })
+    }
+
+    /// Whether `part` is ready for this host in `view`.
+    fn is_ready(&self, part: &Partition, view: &DirView) -> bool {
+        part.is_ready_under(self.own_epoch(view))
+    }
+
+    /// The fingerprint views are compared by (Rule 2).
+    fn fingerprint(&self, view: &DirView) -> u64 {
+        if self.config.faults.fingerprint_without_epochs {
+            view.fingerprint_ids_only()
+        } else {
+            view.fingerprint()
+        }
+    }
+
     fn retry_after_ms(&self) -> u64 {
         self.config.retry_after.as_millis() as u64
     }
@@ -295,7 +336,7 @@ impl Inner {
             // A fenced owner grants nothing; the caller refreshes its view (we withdraw).
             return Err(Refusal::NotConverged);
         }
-        if !part.is_ready() {
+        if !self.is_ready(part, view) {
             self.kick.notify_one();
             return Err(Refusal::Recovering);
         }
@@ -487,7 +528,7 @@ impl Inner {
         let view = self.views.view();
         let not_converged = CollectResponse {
             status: DirectoryStatus::NotConverged as i32,
-            fingerprint: view.fingerprint(),
+            fingerprint: self.fingerprint(&view),
             entries: Vec::new(),
         };
         // A lapsed host must not report activations as live: it has fenced, or is about to.
@@ -495,7 +536,7 @@ impl Inner {
             return Ok(not_converged);
         }
         let faults = &self.config.faults;
-        if view.fingerprint() != req.fingerprint && !faults.collect_ignores_fingerprint {
+        if self.fingerprint(&view) != req.fingerprint && !faults.collect_ignores_fingerprint {
             return Ok(not_converged);
         }
         let mut entries = Vec::new();
@@ -537,7 +578,7 @@ impl Inner {
         );
         Ok(CollectResponse {
             status: DirectoryStatus::Ok as i32,
-            fingerprint: view.fingerprint(),
+            fingerprint: self.fingerprint(&view),
             entries,
         })
     }
@@ -549,7 +590,7 @@ impl Inner {
         for p in 0..PARTITIONS {
             let part = self.part(p);
             let owned = view.owner(p).is_some_and(|o| o.id == self.me);
-            if owned && !part.is_ready() {
+            if owned && !self.is_ready(&part, &view) {
                 recovering += 1;
             }
             entries += part.table.len() as u64;
@@ -612,7 +653,7 @@ impl Directory {
     pub fn is_ready(&self, p: u32) -> bool {
         let view = self.inner.views.view();
         let part = self.inner.part(p);
-        view.owner(p).is_some_and(|o| o.id == self.inner.me) && part.is_ready()
+        view.owner(p).is_some_and(|o| o.id == self.inner.me) && self.inner.is_ready(&part, &view)
     }
 
     /// The activation gate of Rule 1 for the runtime.

@@ -38,6 +38,10 @@ pub struct PeerInfo {
     /// The stateful types it registers, sorted; `None` when it did not say (it may hold claims
     /// of any type).
     pub stateful_types: Option<Arc<[Arc<str>]>>,
+    /// How many times the host became active again under this id (the descriptor's
+    /// `active_epoch`): part of the fingerprint, and of what a ready partition was made ready
+    /// under.
+    pub epoch: u64,
 }
 
 impl PeerInfo {
@@ -54,6 +58,7 @@ impl PeerInfo {
             status,
             stateful,
             stateful_types: None,
+            epoch: 0,
         }
     }
 
@@ -62,6 +67,12 @@ impl PeerInfo {
         let mut types: Vec<Arc<str>> = types.iter().map(|t| Arc::from(t.as_ref())).collect();
         types.sort();
         self.stateful_types = Some(types.into());
+        self
+    }
+
+    /// The same peer with active epoch `epoch`.
+    pub fn with_epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
         self
     }
 
@@ -94,6 +105,8 @@ pub struct DirView {
     version: u64,
     hosts: Vec<PeerInfo>,
     fingerprint: u64,
+    /// The fingerprint without the active epochs (the deliberately broken variant).
+    fingerprint_ids_only: u64,
     /// Index into `hosts` of each partition's owner; `u32::MAX` when no host is eligible.
     owners: Box<[u32]>,
 }
@@ -118,7 +131,12 @@ impl DirView {
             .filter(|(_, h)| h.is_directory_eligible())
             .map(|(i, h)| (i as u32, &*h.id))
             .collect();
-        let fingerprint = hash::fingerprint(eligible.iter().map(|(_, id)| *id));
+        let fingerprint_ids_only = hash::fingerprint(eligible.iter().map(|(_, id)| *id));
+        let fingerprint = hash::fingerprint_with_epochs(
+            eligible
+                .iter()
+                .map(|&(i, id)| (id, hosts[i as usize].epoch)),
+        );
         let owners = (0..PARTITIONS)
             .map(|p| {
                 let mut best: Option<(u64, u32, &str)> = None;
@@ -138,6 +156,7 @@ impl DirView {
             version,
             hosts,
             fingerprint,
+            fingerprint_ids_only,
             owners,
         }
     }
@@ -165,10 +184,21 @@ impl DirView {
             .map(|i| &self.hosts[i])
     }
 
-    /// The hash of the sorted ids of the active stateful hosts: equal fingerprints agree on
-    /// every partition's owner.
+    /// The hash of the sorted ids of the active stateful hosts, each with its active epoch:
+    /// equal fingerprints agree on every partition's owner *and* on which activation of each
+    /// owner they mean. Without the epochs, a peer whose feed still shows a host's earlier
+    /// `active` record (it missed the `joining` in between) would answer that host's `Collect`
+    /// as if nothing had happened, later see the old `joining` record and own every partition
+    /// with an empty wait set (DESIGN.md §4, the A-B-A counterexample).
     pub fn fingerprint(&self) -> u64 {
         self.fingerprint
+    }
+
+    /// The fingerprint over the ids alone: the deliberately broken variant
+    /// (`ProtocolFaults::fingerprint_without_epochs`), and what hosts before active epochs
+    /// computed.
+    pub fn fingerprint_ids_only(&self) -> u64 {
+        self.fingerprint_ids_only
     }
 
     /// The owner of partition `p` in this view.

@@ -96,7 +96,8 @@ pub fn dir_view(view: &MembershipView) -> DirView {
                         HostStatus::Leaving => PeerStatus::Leaving,
                     },
                     h.is_stateful(),
-                );
+                )
+                .with_epoch(h.active_epoch);
                 match (&h.types, &h.stateful_types) {
                     (Some(_), Some(stateful)) => peer.with_stateful_types(stateful),
                     _ => peer,
@@ -381,6 +382,9 @@ pub(crate) async fn bring_up(b: BringUp) {
 
     // 5. Active, then ready once our own view shows our own active record. The status follows
     //    the app: active while it is registered, leaving while it drains, joining while none is.
+    //    Becoming active again (an app re-attached) is a new active epoch (`set_status`): the
+    //    directory forgets every partition made ready before and collects anew, and peers that
+    //    still show the earlier active record refuse the collection until they see this one.
     let me = cfg.host_id.clone();
     let mut view_rx = membership.subscribe();
     let mut fence_rx = membership.fenced_signal();

@@ -52,6 +52,12 @@ pub enum ExpiryCheck {
     /// DELIBERATELY BROKEN, for tests only: trust the local judgement. A lagging observer then
     /// expires a live host that renewed just before its deadline.
     TrustLocalJudgement,
+    /// DELIBERATELY BROKEN, for tests only: confirm by a fresh read and delete by
+    /// compare-and-swap as [`ExpiryCheck::FreshRead`] does, but publish the departure at once,
+    /// ahead of the feed. The view is then no longer a prefix of the store's change log: an
+    /// observer whose watch lags drops the only host that knew a newcomer and owns the
+    /// newcomer's partitions with an empty wait set (issue 12, hole A).
+    PublishAheadOfFeed,
 }
 
 impl Default for MembershipConfig {

@@ -95,6 +95,18 @@ pub struct HostDescriptor {
     pub status: HostStatus,
     /// When the host started (informational: never compared across hosts).
     pub started_at_unix_ms: i64,
+    /// How many times this host became `active` again after having been active (0 for the
+    /// first time, and absent from the JSON then, so older hosts read it unchanged). A stateful
+    /// host whose app detaches goes `active → joining → active` under the same id; the
+    /// directory's fingerprint covers this number, so a peer whose view still shows the earlier
+    /// `active` record never answers a `Collect` for the new one as if nothing had happened
+    /// (DESIGN.md §4, Rule 2: the A-B-A case).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub active_epoch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl HostDescriptor {
@@ -113,6 +125,7 @@ impl HostDescriptor {
             meta: BTreeMap::new(),
             status: HostStatus::Joining,
             started_at_unix_ms: 0,
+            active_epoch: 0,
         }
         .normalized()
     }
@@ -187,6 +200,8 @@ impl HostDescriptor {
             meta: p.meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             status: HostStatus::from_proto(p.status)?,
             started_at_unix_ms: p.started_at_unix_ms,
+            // Not in the protobuf form (status displays only): membership reads the JSON form.
+            active_epoch: 0,
         }
         .normalized())
     }

@@ -94,15 +94,66 @@ fn bump(c: &AtomicU64) {
 /// A record as this host observed it, with when (on its own monotonic clock) it last saw the
 /// renewal token change.
 struct Tracked {
+    /// The record as the feed delivered it: what the view shows.
     record: LeaseRecord,
     last_change: Instant,
+    /// A later state of the record that a fresh read showed while the feed lagged behind it.
+    /// The expiry judgement runs on it (a peer that renewed after our watch stalled, then died,
+    /// is still judged by its last renewal); the view does not show it until the feed does.
+    judged: Option<LeaseRecord>,
+    /// This host confirmed the record gone (its fresh read and compare-and-swap delete, or a
+    /// fresh read that found nothing) at this record version. The departure is published only
+    /// in log order: when the feed (or a snapshot read after the confirmation) no longer has
+    /// the record. Until then the record stays in the view and is not judged again.
+    departed: Option<u64>,
+}
+
+impl Tracked {
+    fn new(record: LeaseRecord, now: Instant) -> Self {
+        Tracked {
+            record,
+            last_change: now,
+            judged: None,
+            departed: None,
+        }
+    }
+
+    /// The newest state known of the record: the feed's, or a fresher one from a fresh read.
+    fn newest(&self) -> &LeaseRecord {
+        self.judged.as_ref().unwrap_or(&self.record)
+    }
+
+    /// The feed delivered `record` (a later state of the same id, in log order).
+    fn follow(&mut self, record: LeaseRecord, now: Instant) {
+        // A renewal we had already learned by a fresh read (this state or a later one) does
+        // not restart the window: it was restarted when we learned it.
+        let known = match &self.judged {
+            Some(j) if j.version >= record.version => true,
+            _ => self.record.renew == record.renew,
+        };
+        if !known {
+            self.last_change = now;
+        }
+        if self
+            .judged
+            .as_ref()
+            .is_some_and(|j| j.version <= record.version)
+        {
+            self.judged = None;
+        }
+        if self.departed.is_some_and(|v| v < record.version) {
+            // Written again after the deletion we confirmed (a worker-only host rejoining).
+            self.departed = None;
+        }
+        self.record = record;
+    }
 }
 
 struct Observed {
     records: BTreeMap<String, Tracked>,
     cursor: Option<u64>,
-    /// Records this host removed ahead of its feed (local expiry), with the version removed: an
-    /// older upsert still in the feed must not resurrect them.
+    /// Records removed ahead of the feed by the deliberately broken expiry variants, with the
+    /// version removed: an older upsert still in the feed must not resurrect them.
     tombstones: HashMap<String, u64>,
     version: u64,
 }
@@ -129,6 +180,11 @@ struct Inner {
     /// The version of our record as we last wrote it.
     own_version: AtomicU64,
     coalescer: OnceLock<RefreshCoalescer<MembershipError>>,
+    /// The next feed read is a snapshot (`changes_since(None)`): after this host confirmed a
+    /// departure its feed has not delivered, it reads the log up to the deletion that way.
+    relist: std::sync::atomic::AtomicBool,
+    /// This host has asked to be `active` before (the next time is a new active epoch).
+    was_active: std::sync::atomic::AtomicBool,
 }
 
 /// Aborts the background tasks when the last handle is dropped.
@@ -215,6 +271,8 @@ pub async fn start(
         writer: tokio::sync::Mutex::new(()),
         own_version: AtomicU64::new(0),
         coalescer: OnceLock::new(),
+        relist: std::sync::atomic::AtomicBool::new(false),
+        was_active: std::sync::atomic::AtomicBool::new(false),
         cfg,
         clock,
         provider,
@@ -405,34 +463,53 @@ impl Inner {
     async fn read_feed(self: Arc<Self>) -> Result<u64, MembershipError> {
         bump(&self.counters.feed_reads);
         let cursor = self.observed.lock().expect("observed lock").cursor;
-        let batch = self.provider.changes_since(cursor).await?;
+        let relist = self.relist.swap(false, Ordering::SeqCst);
+        let batch = self
+            .provider
+            .changes_since(if relist { None } else { cursor })
+            .await?;
         let now = self.clock.now();
         let mut obs = self.observed.lock().expect("observed lock");
         let mut changed = false;
         let new_cursor = batch.cursor();
+        if let (ChangeBatch::Snapshot { .. }, Some(at)) = (&batch, obs.cursor)
+            && new_cursor < at
+        {
+            // Older than what the view already shows: applying it would move the view back
+            // (re-adding a departure already published). The next read catches up.
+            debug!(
+                snapshot = new_cursor,
+                cursor = at,
+                "ignoring a stale snapshot"
+            );
+            return Ok(at);
+        }
         match batch {
             ChangeBatch::Snapshot { records, .. } => {
+                let mut old = std::mem::take(&mut obs.records);
+                let before: Vec<(String, HostDescriptor)> = old
+                    .iter()
+                    .map(|(id, t)| (id.clone(), t.record.descriptor.clone()))
+                    .collect();
                 let mut next = BTreeMap::new();
                 for record in records {
-                    let last_change = match obs.records.get(record.id()) {
-                        Some(t) if t.record.renew == record.renew => t.last_change,
-                        _ => now,
+                    let tracked = match old.remove(record.id()) {
+                        // A snapshot at or after our position: the same record carries on, and
+                        // so does what we judged of it (a confirmed departure the snapshot
+                        // still precedes stays confirmed: a relist never undoes an expiry).
+                        Some(mut t) => {
+                            t.follow(record, now);
+                            t
+                        }
+                        None => Tracked::new(record, now),
                     };
-                    next.insert(
-                        record.id().to_string(),
-                        Tracked {
-                            record,
-                            last_change,
-                        },
-                    );
+                    next.insert(tracked.record.id().to_string(), tracked);
                 }
-                changed = next.len() != obs.records.len()
-                    || next
+                changed = before.len() != next.len()
+                    || before
                         .iter()
-                        .zip(obs.records.iter())
-                        .any(|((a, ta), (b, tb))| {
-                            a != b || ta.record.descriptor != tb.record.descriptor
-                        });
+                        .zip(next.iter())
+                        .any(|((a, da), (b, tb))| a != b || *da != tb.record.descriptor);
                 obs.records = next;
                 obs.tombstones.clear();
             }
@@ -475,21 +552,12 @@ impl Inner {
                 }
                 match obs.records.get_mut(&id) {
                     Some(t) => {
-                        if t.record.renew != record.renew {
-                            t.last_change = now;
-                        }
                         let changed = t.record.descriptor != record.descriptor;
-                        t.record = record;
+                        t.follow(record, now);
                         changed
                     }
                     None => {
-                        obs.records.insert(
-                            id,
-                            Tracked {
-                                record,
-                                last_change: now,
-                            },
-                        );
+                        obs.records.insert(id, Tracked::new(record, now));
                         true
                     }
                 }
@@ -543,14 +611,15 @@ impl Inner {
         }
     }
 
-    /// Removes a peer this host judged expired (or found gone), ahead of the feed. Returns
-    /// whether it was still in the view (the feed may have delivered the deletion first).
+    /// Removes a peer this host judged expired (or found gone), ahead of the feed: only the
+    /// deliberately broken variants ([`ExpiryCheck::TrustLocalJudgement`],
+    /// [`ExpiryCheck::PublishAheadOfFeed`]) do this. Returns whether it was still in the view.
     fn remove_expired(&self, id: &str, seen: &LeaseRecord, version: u64) -> bool {
         let mut obs = self.observed.lock().expect("observed lock");
         let still_same = obs
             .records
             .get(id)
-            .is_some_and(|t| t.record.renew == seen.renew);
+            .is_some_and(|t| t.newest().renew == seen.renew);
         if !still_same {
             return false;
         }
@@ -569,8 +638,58 @@ impl Inner {
         );
     }
 
-    /// The fresh read showed the peer alive (our feed lags): restart its window.
-    fn touch(&self, id: &str) {
+    /// The fresh read proved `seen` gone from the store (we deleted it at `version`, or found
+    /// nothing). Marks the record departed and reads the log up to the deletion; the view drops
+    /// the peer only once that read shows it gone (DESIGN.md §3: a departure an observer judges
+    /// itself is published in log order). Publishing it earlier would let a view skip changes
+    /// the feed has not delivered yet — a newcomer the departed host knew and granted claims
+    /// to — and own its partitions with an empty wait set. Returns whether this call marked
+    /// it (false: the feed had already delivered the deletion, or another sweep marked it).
+    async fn confirm_departure(&self, id: &str, seen: &LeaseRecord, version: u64) -> bool {
+        if self.cfg.expiry_check == ExpiryCheck::PublishAheadOfFeed {
+            return self.remove_expired(id, seen, version);
+        }
+        let marked = {
+            let mut obs = self.observed.lock().expect("observed lock");
+            match obs.records.get_mut(id) {
+                Some(t) if t.departed.is_none() && t.newest().renew == seen.renew => {
+                    t.departed = Some(version.max(seen.version));
+                    true
+                }
+                _ => false,
+            }
+        };
+        self.read_log_to_departures().await;
+        marked
+    }
+
+    /// Reads the feed; if a departure this host confirmed is still not in it (the watch lags),
+    /// reads a snapshot — a consistent prefix of the log taken after the deletion. A provider
+    /// whose snapshot lags too (a stalled Kubernetes watch cache) keeps the peer in the view
+    /// until its feed catches up: availability waits, the view stays a prefix.
+    async fn read_log_to_departures(&self) {
+        if self.coalescer().demand(None).await.is_err() || !self.departures_pending() {
+            return;
+        }
+        self.relist.store(true, Ordering::SeqCst);
+        if let Err(e) = self.coalescer().demand(None).await {
+            debug!(error = %e, "snapshot read after a confirmed departure failed");
+        }
+    }
+
+    fn departures_pending(&self) -> bool {
+        self.observed
+            .lock()
+            .expect("observed lock")
+            .records
+            .values()
+            .any(|t| t.departed.is_some())
+    }
+
+    /// The fresh read showed the peer alive (our feed lags): restart its window, and judge it
+    /// from now on by what the read showed (`fresh`, when known), not by the stale feed — a
+    /// peer that renewed after our watch stalled and then died must still expire.
+    fn touch(&self, id: &str, fresh: Option<LeaseRecord>) {
         let now = self.clock.now();
         if let Some(t) = self
             .observed
@@ -580,26 +699,41 @@ impl Inner {
             .get_mut(id)
         {
             t.last_change = now;
+            if let Some(fresh) = fresh
+                && fresh.version > t.newest().version
+            {
+                t.judged = Some(fresh);
+            }
         }
     }
 
-    /// Judges every peer on this host's monotonic clock; candidates are confirmed by a fresh read
-    /// still showing the renewal last observed, then deleted by compare-and-swap on the version
-    /// read (so the peer learns it is gone and every view converges).
+    /// Judges every peer on this host's monotonic clock, by the newest renewal it knows of
+    /// (from the feed or an earlier fresh read); candidates are confirmed by a fresh read still
+    /// showing that renewal, then deleted by compare-and-swap on the version read (so the peer
+    /// learns it is gone and every view converges) and published in log order.
     async fn sweep(&self) {
         let now = self.clock.now();
-        let candidates: Vec<LeaseRecord> = {
+        let (candidates, pending): (Vec<LeaseRecord>, bool) = {
             let obs = self.observed.lock().expect("observed lock");
-            obs.records
-                .values()
-                .filter(|t| t.record.id() != self.self_id)
+            let peers = || {
+                obs.records
+                    .values()
+                    .filter(|t| t.record.id() != self.self_id)
+            };
+            let candidates = peers()
+                .filter(|t| t.departed.is_none())
                 .filter(|t| {
                     now.saturating_duration_since(t.last_change)
-                        > t.record.ttl + self.cfg.drift_margin
+                        > t.newest().ttl + self.cfg.drift_margin
                 })
-                .map(|t| t.record.clone())
-                .collect()
+                .map(|t| t.newest().clone())
+                .collect();
+            (candidates, peers().any(|t| t.departed.is_some()))
         };
+        if pending {
+            // A departure confirmed earlier that the feed has still not delivered.
+            self.read_log_to_departures().await;
+        }
         // Generous: a confirmation that times out cannot tell whether its delete landed.
         let io_timeout = (self.cfg.ttl / 2).max(self.cfg.beat);
         for seen in candidates {
@@ -626,7 +760,7 @@ impl Inner {
             };
             match fresh {
                 None => {
-                    if self.remove_expired(&id, &seen, seen.version) {
+                    if self.confirm_departure(&id, &seen, seen.version).await {
                         self.expired(&id);
                     }
                 }
@@ -639,22 +773,22 @@ impl Inner {
                     match outcome {
                         Ok(Ok(DeleteOutcome::Deleted)) => {
                             // We expired it, even if our feed delivered the deletion first.
-                            self.remove_expired(&id, &seen, fresh.version);
                             self.expired(&id);
+                            self.confirm_departure(&id, &seen, fresh.version).await;
                         }
                         Ok(Ok(DeleteOutcome::Gone)) => {
-                            if self.remove_expired(&id, &seen, fresh.version) {
+                            if self.confirm_departure(&id, &seen, fresh.version).await {
                                 self.expired(&id);
                             }
                         }
-                        Ok(Ok(DeleteOutcome::Changed)) => self.touch(&id),
+                        Ok(Ok(DeleteOutcome::Changed)) => self.touch(&id, None),
                         Ok(Err(e)) => debug!(peer = %id, error = %e, "expiry delete failed"),
                         Err(_) => debug!(peer = %id, "expiry delete timed out"),
                     }
                 }
-                Some(_) => {
-                    debug!(peer = %id, "expiry candidate renewed: our feed lags; keeping it");
-                    self.touch(&id);
+                Some(fresh) => {
+                    debug!(peer = %id, "expiry candidate renewed: our feed lags; judging it by the fresh read");
+                    self.touch(&id, Some(fresh));
                 }
             }
         }
@@ -907,8 +1041,27 @@ impl MembershipHandle {
     }
 
     /// Publishes a new status (a lease write), then refreshes the view.
+    ///
+    /// Becoming `active` again after having been active (an app that detached and came back)
+    /// bumps the descriptor's `active_epoch`: the re-activation is a new record version every
+    /// peer can tell from the earlier one, so a peer whose feed still shows the earlier
+    /// `active` record disagrees on the directory fingerprint until it has seen this one.
     pub async fn set_status(&self, status: HostStatus) -> Result<(), MembershipError> {
-        self.inner.desired.lock().expect("desired lock").status = status;
+        {
+            let mut desired = self.inner.desired.lock().expect("desired lock");
+            // (`swap` only when becoming active: the first time marks it, later ones bump.)
+            if status == HostStatus::Active
+                && desired.status != HostStatus::Active
+                && self.inner.was_active.swap(true, Ordering::SeqCst)
+            {
+                desired.active_epoch += 1;
+                info!(
+                    epoch = desired.active_epoch,
+                    "active again under the same id: a new active epoch"
+                );
+            }
+            desired.status = status;
+        }
         self.inner.write_lease().await?;
         self.refresh().await.map(|_| ())
     }
