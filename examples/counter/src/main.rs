@@ -336,6 +336,7 @@ mod tests {
             }),
             activation_id: activation.into(),
             timeout_ms: 0,
+            not_after_unix_ms: 0,
             kind: Some(kind),
         }
     }

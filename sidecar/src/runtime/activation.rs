@@ -176,8 +176,9 @@ impl Caller {
         if let Some(ended) = shared.ended() {
             return Err(ended);
         }
-        // Fencing is checked at every turn dispatch (DESIGN.md §3).
-        rt.inner.gate.check_serving()?;
+        // Fencing is checked at every turn dispatch (DESIGN.md §3), and the lease bounds how
+        // long the app may run the turn (§8).
+        let not_after = rt.lease_not_after(deadline)?;
         rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let turn = shared.app.start_turn(
@@ -189,6 +190,7 @@ impl Caller {
             },
             deadline,
             now,
+            not_after,
         );
         let mut running = RunningTurn {
             turn: Some(Box::pin(turn)),
@@ -219,7 +221,7 @@ impl Caller {
         match outcome {
             Some(outcome) => {
                 running.finished(&outcome);
-                outcome
+                rt.settle(outcome)
             }
             None => {
                 // `running` is dropped here: its late answer is awaited by a task of its own.
@@ -340,16 +342,21 @@ async fn run(
         return;
     }
     let activate = async {
-        gate.check_serving()?;
         let deadline = Instant::now() + lifecycle;
+        let not_after = rt.lease_not_after(deadline)?;
         let turn = app.start_turn(
             &actor,
             &activation_id,
             TurnKind::Activate,
             deadline,
             Instant::now(),
+            not_after,
         );
-        match rt.run_timed(&actor, "<activate>", deadline, turn).await {
+        match rt
+            .run_timed(&actor, "<activate>", deadline, turn)
+            .await
+            .map(|outcome| rt.settle(outcome))
+        {
             Some(Ok(_)) => Ok(()),
             Some(Err(e)) => Err(ActorError::new(
                 if e.kind == ErrorKind::App {
@@ -441,15 +448,22 @@ async fn run(
     }
     if fenced.is_none() {
         let deadline = Instant::now() + lifecycle;
-        let turn = app.start_turn(
-            &actor,
-            &activation_id,
-            TurnKind::Deactivate(reason),
-            deadline,
-            Instant::now(),
-        );
-        if let Some(Err(e)) = rt.run_timed(&actor, "<deactivate>", deadline, turn).await {
-            tracing::warn!(error = %e, "deactivate turn failed");
+        match rt.lease_not_after(deadline) {
+            Ok(not_after) => {
+                let turn = app.start_turn(
+                    &actor,
+                    &activation_id,
+                    TurnKind::Deactivate(reason),
+                    deadline,
+                    Instant::now(),
+                    not_after,
+                );
+                let outcome = rt.run_timed(&actor, "<deactivate>", deadline, turn).await;
+                if let Some(Err(e)) = outcome.map(|o| rt.settle(o)) {
+                    tracing::warn!(error = %e, "deactivate turn failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "deactivate turn not sent"),
         }
     }
     rt.inner
