@@ -219,6 +219,11 @@ fn app(
     if let Some(idle) = idle {
         counter = counter.idle_timeout(idle);
     }
+    // Tells the trace that this end is a deactivation (a drop on fence is not).
+    counter = counter.on_deactivate(|ctx, _reason| async move {
+        ctx.state().await._activation.deactivating();
+        Ok(())
+    });
     let (t1, t2, t3) = (trace.clone(), trace.clone(), trace);
     let counter = counter
         .json_method("increment", move |ctx, amount: Option<i64>| {
