@@ -105,9 +105,7 @@ mod tests {
         std::fs::write(&path, bad.join("\n")).unwrap();
         assert_eq!(duplicate_activations(&path).len(), 1);
         // A fenced host's app drops the state later, running no code: its last turn bounds it.
-        let dropped = format!(
-            r#"{{"t_ns":8,"event":"activation-end","actor":"Counter/a","activation":"x","host":"h","dropped":true}}"#
-        );
+        let dropped = r#"{"t_ns":8,"event":"activation-end","actor":"Counter/a","activation":"x","host":"h","dropped":true}"#.to_string();
         let fenced = [
             line(1, "activation-start", "x"),
             line(2, "turn-end", "x"),
