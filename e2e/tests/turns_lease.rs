@@ -139,6 +139,13 @@ async fn a_long_turn_is_cancelled_at_its_not_after_before_a_peer_activates_the_a
              not-after"
         );
         let peer_start = taken_over[actor];
+        eprintln!(
+            "{actor}: turn ran {} ms, stopped {} ms after the sidecar stop; peer activated {} ms \
+             after the stop",
+            ran.as_millis(),
+            (end.t_ns as i64 - stopped_ns as i64) / 1_000_000,
+            (peer_start - stopped_ns) / 1_000_000
+        );
         assert!(
             end.t_ns < peer_start,
             "{actor}: the turn on {victim_id} ran app code until {} ms after the stop, but the \
