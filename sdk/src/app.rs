@@ -386,6 +386,8 @@ impl App {
             workers: self.workers,
             client,
             host_id: Mutex::new(Arc::from("")),
+            wall: crate::bound::system_wall(),
+            fence: tokio::sync::watch::channel(0).0,
         }
     }
 }
@@ -400,9 +402,27 @@ pub struct Dispatcher {
     workers: BTreeMap<String, Arc<WorkerType>>,
     client: Client,
     host_id: Mutex<Arc<str>>,
+    /// The wall clock turns' not-afters are judged by.
+    wall: crate::bound::WallClock,
+    /// Bumped by every fence notice: running handlers watch it and stop.
+    fence: tokio::sync::watch::Sender<u64>,
 }
 
 impl Dispatcher {
+    /// Judges not-afters by `wall` instead of the system's wall clock (for tests).
+    pub fn with_wall_clock(mut self, wall: crate::bound::WallClock) -> Self {
+        self.wall = wall;
+        self
+    }
+
+    /// The sidecar fenced (a `FenceNotice`): every running handler is cancelled (it answers
+    /// TIMEOUT, never `ok`) and every activation's state is dropped, with no Deactivate hook —
+    /// another host may already hold the actors. Returns how many activations were dropped.
+    pub fn fence(&self) -> usize {
+        self.fence.send_modify(|n| *n += 1);
+        self.drop_all()
+    }
+
     /// The app's name.
     pub fn app_name(&self) -> &str {
         &self.app_name
@@ -425,16 +445,39 @@ impl Dispatcher {
     }
 
     /// Runs one turn and returns the answer for the sidecar.
+    ///
+    /// Bounded by the turn's not-after (`Turn.not_after_unix_ms`): a turn that arrives at or past
+    /// it is refused without running any code (UNREACHABLE: it never ran), and a handler still
+    /// running at it, or when the sidecar fences, is cancelled (TIMEOUT, never `ok`). Code that
+    /// ignores cancellation — blocking calls, spawned tasks — is not stopped by this.
     pub async fn handle(&self, turn: v1::Turn) -> v1::TurnResult {
+        use crate::bound::{self, Bounded};
         let turn_id = turn.turn_id;
-        let outcome = match self.prepare(turn) {
-            Ok(run) => match std::panic::AssertUnwindSafe(run).catch_unwind().await {
-                Ok(result) => result,
-                Err(panic) => Err(ActorError::app(format!(
-                    "the handler panicked: {}",
-                    panic_message(&panic)
-                ))),
-            },
+        let not_after = bound::not_after_of(&turn);
+        let now = (self.wall)();
+        if let Some(at) = not_after
+            && let Ok(late_by) = now.duration_since(at)
+        {
+            return bound::refused(turn_id, late_by);
+        }
+        let fence = self.fence.subscribe();
+        let outcome = match self.prepare(turn, not_after, now) {
+            Ok(run) => {
+                let run = std::panic::AssertUnwindSafe(run).catch_unwind();
+                match bound::run_bounded(run, not_after, &self.wall, fence).await {
+                    Bounded::Done(Ok(result)) => result,
+                    Bounded::Done(Err(panic)) => Err(ActorError::app(format!(
+                        "the handler panicked: {}",
+                        panic_message(&panic)
+                    ))),
+                    Bounded::PastNotAfter => {
+                        return bound::cancelled(turn_id, "at the turn's not-after");
+                    }
+                    Bounded::Fenced => {
+                        return bound::cancelled(turn_id, "because the sidecar fenced");
+                    }
+                }
+            }
             Err(e) => Err(e),
         };
         v1::TurnResult {
@@ -446,7 +489,12 @@ impl Dispatcher {
         }
     }
 
-    fn prepare(&self, turn: v1::Turn) -> Result<BoxFuture<Result<Bytes, ActorError>>, ActorError> {
+    fn prepare(
+        &self,
+        turn: v1::Turn,
+        not_after: Option<std::time::SystemTime>,
+        now: std::time::SystemTime,
+    ) -> Result<BoxFuture<Result<Bytes, ActorError>>, ActorError> {
         let actor = turn
             .actor
             .ok_or_else(|| ActorError::invalid("the turn names no actor"))?;
@@ -468,8 +516,13 @@ impl Dispatcher {
             activation_id: Arc::from(turn.activation_id.as_str()),
             method: Arc::from(method.as_str()),
             payload,
-            deadline: (turn.timeout_ms > 0)
-                .then(|| Instant::now() + Duration::from_millis(turn.timeout_ms)),
+            // The not-after, when set, is the real end of the turn (the caller's deadline
+            // capped by the host's lease); older sidecars send only the deadline.
+            deadline: match not_after {
+                Some(at) => Some(Instant::now() + at.duration_since(now).unwrap_or_default()),
+                None => (turn.timeout_ms > 0)
+                    .then(|| Instant::now() + Duration::from_millis(turn.timeout_ms)),
+            },
             host_id: self.host_id.lock().unwrap().clone(),
             client: self.client.clone(),
         };

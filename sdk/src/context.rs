@@ -89,8 +89,10 @@ impl Context {
         })
     }
 
-    /// When the caller stops waiting. A result after it is discarded by the sidecar (the caller
-    /// has been answered `timeout`), so long handlers should check it. `None` = no deadline.
+    /// When the turn must be over: its not-after (the caller's deadline, capped by the host's
+    /// lease), or, from an older sidecar, the caller's deadline. The SDK cancels the handler
+    /// there (its answer is then `timeout`, never a result), so long handlers should check it
+    /// and chunk their work. `None` = no deadline.
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
     }

@@ -48,6 +48,7 @@
 #![warn(missing_docs)]
 
 mod app;
+mod bound;
 mod client;
 mod connect;
 mod context;
@@ -56,6 +57,7 @@ pub mod payload;
 mod serve;
 
 pub use app::{ActorType, App, Dispatcher, WorkerType};
+pub use bound::WallClock;
 pub use client::{ActorHandle, Client, Subscription, WorkerOn};
 pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, SidecarChannel, socket_from_env};
 pub use context::{ActorContext, Context};

@@ -400,6 +400,11 @@ async fn run_session(
                         }).await;
                     }.instrument(span));
                 }
+                Ok(Some(v1::SidecarMessage { msg: Some(v1::sidecar_message::Msg::Fenced(notice)) })) => {
+                    let dropped = dispatcher.fence();
+                    tracing::error!(reason = %notice.reason, dropped, running = turns.len(),
+                        "the sidecar fenced: every activation is dropped and running turns are cancelled");
+                }
                 Ok(Some(other)) => tracing::warn!(?other, "ignoring an unexpected message from the sidecar"),
                 Ok(None) if draining => {
                     tracing::info!("drained: the sidecar deactivated this app's actors and ended the stream");

@@ -24,6 +24,7 @@ fn turn(id: u64, key: &str, activation: &str, kind: turn::Kind) -> v1::Turn {
         }),
         activation_id: activation.into(),
         timeout_ms: 0,
+        not_after_unix_ms: 0,
         kind: Some(kind),
     }
 }

@@ -334,6 +334,21 @@ impl Fleet {
         }
     }
 
+    /// SIGSTOP pod `i`'s sidecar alone: its app keeps running (issue 12: a stalled sidecar).
+    pub fn sigstop_sidecar(&mut self, i: usize) {
+        self.untarget(i);
+        if let Some(pid) = self.pods[i].sidecar.id() {
+            signal(pid as i32, Signal::STOP);
+        }
+    }
+
+    /// SIGCONT pod `i`'s sidecar.
+    pub fn sigcont_sidecar(&mut self, i: usize) {
+        if let Some(pid) = self.pods[i].sidecar.id() {
+            signal(pid as i32, Signal::CONT);
+        }
+    }
+
     /// An HTTP probe of pod `i`.
     pub async fn probe(&self, i: usize, path: &str) -> Option<u16> {
         http_status(self.pods[i].health, path).await

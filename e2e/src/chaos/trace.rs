@@ -4,7 +4,9 @@
 //! last `turn-end`: an activation whose process was killed, or whose host fenced, has no end
 //! line, but it can do no harm after its last turn. Two spans of one actor that overlap in time
 //! (the clock is the machine's monotonic clock, shared by every process) are a violation of the
-//! single-activation guarantee.
+//! single-activation guarantee. An `activation-end` marked `"dropped"` (the app dropped the
+//! state when its sidecar fenced or went away, running no code) counts as no end line: what
+//! bounds the span is the activation's last turn, as for a killed process.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -34,6 +36,9 @@ pub fn duplicate_activations(path: &Path) -> Vec<String> {
         ) else {
             continue;
         };
+        if event == "activation-end" && v["dropped"] == true {
+            continue;
+        }
         let span = spans
             .entry((actor.to_string(), activation.to_string()))
             .or_insert_with(|| Span {
@@ -98,6 +103,27 @@ mod tests {
             line(9, "turn-end", "y"),
         ];
         std::fs::write(&path, bad.join("\n")).unwrap();
+        assert_eq!(duplicate_activations(&path).len(), 1);
+        // A fenced host's app drops the state later, running no code: its last turn bounds it.
+        let dropped = r#"{"t_ns":8,"event":"activation-end","actor":"Counter/a","activation":"x","host":"h","dropped":true}"#.to_string();
+        let fenced = [
+            line(1, "activation-start", "x"),
+            line(2, "turn-end", "x"),
+            line(3, "activation-start", "y"),
+            dropped.clone(),
+            line(9, "turn-end", "y"),
+        ];
+        std::fs::write(&path, fenced.join("\n")).unwrap();
+        assert!(duplicate_activations(&path).is_empty());
+        // But a turn after the other's start still is one.
+        let late = [
+            line(1, "activation-start", "x"),
+            line(3, "activation-start", "y"),
+            line(4, "turn-end", "x"),
+            dropped,
+            line(9, "turn-end", "y"),
+        ];
+        std::fs::write(&path, late.join("\n")).unwrap();
         assert_eq!(duplicate_activations(&path).len(), 1);
     }
 }

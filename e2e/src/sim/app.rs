@@ -1,7 +1,12 @@
 //! The simulated app of one host: registers the `Counter` type on the runtime exactly as an app
 //! does over its `Serve` stream, records every Activate, method and Deactivate turn it receives
 //! (the activations' start and end), and answers them after a short, seeded think time. While
-//! its host is suspended it answers nothing (it is in the same VM).
+//! its host is suspended it reads and answers nothing (it is in the same VM).
+//!
+//! It is a compliant app (app.proto, `Turn.not_after_unix_ms`): a turn it reads at or past its
+//! not-after is refused without running (UNREACHABLE, not recorded), a turn whose think time
+//! would pass its not-after stops there and answers TIMEOUT, and a fence notice cancels every
+//! running turn the same way.
 
 use super::SimConfig;
 use super::host::ACTOR_TYPE;
@@ -9,6 +14,7 @@ use super::world::{Ev, HostShared, Shared};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sigx_proto::{ActorError, v1};
+use sigx_sidecar::clock::SharedClock;
 use sigx_sidecar::runtime::registry::{ActorType, Registry};
 use sigx_sidecar::runtime::{AppSession, Runtime};
 use std::collections::{BTreeMap, HashSet};
@@ -44,6 +50,7 @@ impl SimApp {
         shared: Arc<Shared>,
         me: Arc<HostShared>,
         cfg: Arc<SimConfig>,
+        clock: SharedClock,
     ) -> Result<Arc<SimApp>, String> {
         let registry = Registry {
             app_name: format!("sim-{}", me.id),
@@ -63,7 +70,15 @@ impl SimApp {
             .attach(registry, tx)
             .map_err(|e| format!("app attach failed: {e}"))?;
         let gone = Arc::new(AtomicBool::new(false));
-        tokio::spawn(serve(session.clone(), rx, shared, me, cfg, gone.clone()));
+        tokio::spawn(serve(
+            session.clone(),
+            rx,
+            shared,
+            me,
+            cfg,
+            clock,
+            gone.clone(),
+        ));
         Ok(Arc::new(SimApp { session, gone }))
     }
 }
@@ -73,25 +88,55 @@ async fn unfrozen(me: &HostShared) {
     let _ = rx.wait_for(|s| !*s).await;
 }
 
+fn turn_error(turn_id: u64, kind: sigx_proto::ErrorKind, message: &str) -> v1::TurnResult {
+    v1::TurnResult {
+        turn_id,
+        outcome: Some(v1::turn_result::Outcome::Error(v1::TurnError {
+            kind: kind.to_proto() as i32,
+            message: message.to_string(),
+        })),
+    }
+}
+
 async fn serve(
     session: Arc<AppSession>,
     mut rx: mpsc::UnboundedReceiver<Result<v1::SidecarMessage, tonic::Status>>,
     shared: Arc<Shared>,
     me: Arc<HostShared>,
     cfg: Arc<SimConfig>,
+    clock: SharedClock,
     gone: Arc<AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(me.seed ^ 0x5151_aaaa);
+    let fenced = tokio::sync::watch::channel(false).0;
     while let Some(msg) = rx.recv().await {
+        // A suspended VM's app reads nothing; on resume it finds the queued turns.
+        unfrozen(&me).await;
         if gone.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(v1::SidecarMessage {
-            msg: Some(v1::sidecar_message::Msg::Turn(turn)),
-        }) = msg
-        else {
-            continue;
+        let turn = match msg {
+            Ok(v1::SidecarMessage {
+                msg: Some(v1::sidecar_message::Msg::Turn(turn)),
+            }) => turn,
+            Ok(v1::SidecarMessage {
+                msg: Some(v1::sidecar_message::Msg::Fenced(_)),
+            }) => {
+                fenced.send_replace(true);
+                continue;
+            }
+            _ => continue,
         };
+        let not_after = turn.not_after_unix_ms;
+        let now = clock.wall_unix_ms();
+        if not_after > 0 && now >= not_after {
+            session.complete(turn_error(
+                turn.turn_id,
+                sigx_proto::ErrorKind::Unreachable,
+                "received past its not-after: refused, never ran",
+            ));
+            continue;
+        }
         let actor = turn
             .actor
             .as_ref()
@@ -122,16 +167,34 @@ async fn serve(
         };
         let session = session.clone();
         let me = me.clone();
+        let clock = clock.clone();
+        let mut fenced = fenced.subscribe();
         tokio::spawn(async move {
-            if !think.is_zero() {
-                tokio::time::sleep(think).await;
-            }
+            // Stop at the not-after: the think time is capped there.
+            let left = if not_after > 0 {
+                Duration::from_millis((not_after - now).max(0) as u64)
+            } else {
+                Duration::MAX
+            };
+            let cancelled = tokio::select! {
+                _ = tokio::time::sleep(think.min(left)) => false,
+                _ = fenced.wait_for(|f| *f) => true,
+            };
             unfrozen(&me).await;
-            session.complete(v1::TurnResult {
-                turn_id: turn.turn_id,
-                outcome: Some(v1::turn_result::Outcome::Ok(bytes::Bytes::from_static(
-                    b"ok",
-                ))),
+            let late = not_after > 0 && clock.wall_unix_ms() >= not_after;
+            session.complete(if cancelled || late || think >= left {
+                turn_error(
+                    turn.turn_id,
+                    sigx_proto::ErrorKind::Timeout,
+                    "cancelled at its not-after (or by the fence notice)",
+                )
+            } else {
+                v1::TurnResult {
+                    turn_id: turn.turn_id,
+                    outcome: Some(v1::turn_result::Outcome::Ok(bytes::Bytes::from_static(
+                        b"ok",
+                    ))),
+                }
             });
         });
     }

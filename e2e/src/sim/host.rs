@@ -79,12 +79,19 @@ pub async fn run(
             max_payload_bytes: 64 * 1024,
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(2),
+            clock: shared_clock.clone(),
             ..RuntimeConfig::default()
         },
         late_gate.clone(),
     );
     // 1. The app registers first.
-    let app = SimApp::attach(&runtime, shared.clone(), me.clone(), cfg.clone())?;
+    let app = SimApp::attach(
+        &runtime,
+        shared.clone(),
+        me.clone(),
+        cfg.clone(),
+        shared_clock.clone(),
+    )?;
 
     // 2. Join as joining.
     let mut descriptor = HostDescriptor::new(
@@ -161,7 +168,11 @@ pub async fn run(
         Arc::new(sigx_sidecar::host::DirectoryLocator(directory.clone())),
         state.clone(),
     ));
-    late_gate.set(Arc::new(directory.gate()));
+    late_gate.set(sigx_sidecar::host::turns::bound_by_lease(
+        &runtime,
+        &membership,
+        Arc::new(directory.gate()),
+    ));
 
     // 4. The mesh server.
     let server_cfg = MeshServerConfig::default();
@@ -328,6 +339,7 @@ impl Parts {
             self.shared.clone(),
             self.me.clone(),
             self.cfg.clone(),
+            Arc::new(self.clock.clone()),
         ) {
             Ok(app) => *slot = Some(app),
             Err(e) => {
@@ -408,7 +420,7 @@ async fn fence_watch(p: Arc<Parts>) {
             && reason != FenceReason::Left
         {
             p.state.set_fenced(reason.to_string());
-            p.runtime.drop_all();
+            p.runtime.fence(&reason.to_string());
             p.me.set_life(Life::Fenced);
             p.shared.record(
                 &p.me,

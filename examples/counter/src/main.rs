@@ -157,20 +157,26 @@ struct Count {
     _activation: trace::ActivationGuard,
 }
 
-/// Records a Counter turn's start and end around `body`.
+/// Records a Counter turn's start and end around `body`. The end is recorded by a guard, so a
+/// turn the SDK cancels (at its not-after, or on a fence notice) records where it stopped.
 async fn traced<T>(
     trace: &Trace,
     ctx: &Context,
     delay: Duration,
     body: impl std::future::Future<Output = T>,
 ) -> T {
+    struct TurnEnd<'a>(&'a Trace, &'a Context);
+    impl Drop for TurnEnd<'_> {
+        fn drop(&mut self) {
+            self.0.record(Event::TurnEnd, self.1);
+        }
+    }
     trace.record(Event::TurnStart, ctx);
+    let _end = TurnEnd(trace, ctx);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    let out = body.await;
-    trace.record(Event::TurnEnd, ctx);
-    out
+    body.await
 }
 
 /// Runs a store operation off the async threads; its failure is the actor's own (`app`).
@@ -213,6 +219,11 @@ fn app(
     if let Some(idle) = idle {
         counter = counter.idle_timeout(idle);
     }
+    // Tells the trace that this end is a deactivation (a drop on fence is not).
+    counter = counter.on_deactivate(|ctx, _reason| async move {
+        ctx.state().await._activation.deactivating();
+        Ok(())
+    });
     let (t1, t2, t3) = (trace.clone(), trace.clone(), trace);
     let counter = counter
         .json_method("increment", move |ctx, amount: Option<i64>| {
@@ -336,6 +347,7 @@ mod tests {
             }),
             activation_id: activation.into(),
             timeout_ms: 0,
+            not_after_unix_ms: 0,
             kind: Some(kind),
         }
     }

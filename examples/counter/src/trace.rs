@@ -78,6 +78,18 @@ impl Trace {
     }
 
     fn write(&self, event: Event, actor: &str, activation: &str, host: &str, method: &str) {
+        self.write_line(event, actor, activation, host, method, false)
+    }
+
+    fn write_line(
+        &self,
+        event: Event,
+        actor: &str,
+        activation: &str,
+        host: &str,
+        method: &str,
+        dropped: bool,
+    ) {
         let Some(file) = &self.file else { return };
         let mut line = serde_json::json!({
             "t_ns": monotonic_ns(),
@@ -89,6 +101,9 @@ impl Trace {
         });
         if !method.is_empty() {
             line["method"] = method.into();
+        }
+        if dropped {
+            line["dropped"] = true.into();
         }
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
@@ -105,6 +120,7 @@ impl Trace {
             actor: format!("{}/{}", ctx.actor_type(), ctx.key()),
             activation: ctx.activation_id().to_string(),
             host: ctx.host_id().to_string(),
+            deactivated: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -115,16 +131,30 @@ pub struct ActivationGuard {
     actor: String,
     activation: String,
     host: String,
+    /// Set by the Deactivate hook. Without it, the drop is the SDK dropping the state (the
+    /// sidecar fenced, or its connection was lost): no app code ran for the activation after
+    /// its last turn, and the end line says so (`"dropped": true`).
+    deactivated: std::sync::atomic::AtomicBool,
+}
+
+impl ActivationGuard {
+    /// The activation's Deactivate turn runs: its end is a deactivation, not a drop.
+    pub fn deactivating(&self) {
+        self.deactivated
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Drop for ActivationGuard {
     fn drop(&mut self) {
-        self.trace.write(
+        let dropped = !self.deactivated.load(std::sync::atomic::Ordering::SeqCst);
+        self.trace.write_line(
             Event::ActivationEnd,
             &self.actor,
             &self.activation,
             &self.host,
             "",
+            dropped,
         );
     }
 }

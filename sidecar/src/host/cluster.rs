@@ -339,7 +339,11 @@ pub(crate) async fn bring_up(b: BringUp) {
         Arc::new(DirectoryLocator(directory.clone())),
         state.clone(),
     ));
-    late_gate.set(Arc::new(directory.gate()));
+    late_gate.set(super::turns::bound_by_lease(
+        &runtime,
+        &membership,
+        Arc::new(directory.gate()),
+    ));
     late_dispatcher.set(router.clone());
 
     // 4. The mesh server (the listener was bound before the join).
@@ -473,7 +477,9 @@ fn on_fence(state: &HostState, runtime: &Runtime, reason: &FenceReason, exit: bo
     tracing::error!(%reason, "FENCED: this host can no longer prove its membership; every \
         activation is dropped and new ones are refused until the orchestrator restarts it");
     state.set_fenced(reason.to_string());
-    runtime.drop_all();
+    // The app drops its activations and cancels its turns; the record is withdrawn only once
+    // they are over (the membership's withdrawal is held by `turns::bound_by_lease`).
+    runtime.fence(&reason.to_string());
     if exit {
         tracing::error!("exiting on fence (SIGX_EXIT_ON_FENCE)");
         std::process::exit(70);

@@ -65,6 +65,12 @@ impl ActivationGate for LateGate {
             None => Err(joining(&self.host)),
         }
     }
+    fn serving_until(&self) -> Result<Option<std::time::SystemTime>, ActorError> {
+        match self.inner.get() {
+            Some(g) => g.serving_until(),
+            None => Err(joining(&self.host)),
+        }
+    }
     fn check_accepting(&self) -> Result<(), ActorError> {
         self.check_fenced()?;
         match self.inner.get() {

@@ -11,6 +11,7 @@
 mod cluster;
 pub mod late;
 pub mod local;
+pub mod turns;
 
 use crate::app::{AppService, Dispatcher};
 use crate::clock::SharedClock;
@@ -236,6 +237,7 @@ impl Host {
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,
                 declared_types: cfg.declared_types.clone(),
+                clock: opts.clock.clone(),
             },
             gate,
         );

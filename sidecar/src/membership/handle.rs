@@ -160,6 +160,10 @@ struct Observed {
 
 type Subscriber = Arc<dyn Fn(&Arc<MembershipView>) + Send + Sync>;
 
+/// What a fenced host awaits before it withdraws its record (see
+/// [`MembershipHandle::hold_withdrawal_until`]).
+type WithdrawHold = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
+
 struct Inner {
     self_id: String,
     cfg: MembershipConfig,
@@ -185,6 +189,7 @@ struct Inner {
     relist: std::sync::atomic::AtomicBool,
     /// This host has asked to be `active` before (the next time is a new active epoch).
     was_active: std::sync::atomic::AtomicBool,
+    withdraw_hold: OnceLock<WithdrawHold>,
 }
 
 /// Aborts the background tasks when the last handle is dropped.
@@ -273,6 +278,7 @@ pub async fn start(
         coalescer: OnceLock::new(),
         relist: std::sync::atomic::AtomicBool::new(false),
         was_active: std::sync::atomic::AtomicBool::new(false),
+        withdraw_hold: OnceLock::new(),
         cfg,
         clock,
         provider,
@@ -795,6 +801,18 @@ impl Inner {
     }
 
     async fn withdraw_after_fence(&self) {
+        // Peers sweep our claims once the record is gone, so the turns we handed out must be
+        // over first. Every not-after is at most TTL past its hand-out, and hand-outs stopped at
+        // the fence: the cap only guards against a wall clock stepped far back.
+        if let Some(hold) = self.withdraw_hold.get() {
+            let cap = self.cfg.ttl + self.cfg.drift_margin;
+            if tokio::time::timeout(cap, hold()).await.is_err() {
+                warn!(
+                    ?cap,
+                    "turns still outstanding past the longest possible not-after; withdrawing"
+                );
+            }
+        }
         let _w = self.writer.lock().await;
         let mut backoff = self.cfg.rejoin_backoff_initial();
         for _ in 0..8 {
@@ -1017,6 +1035,30 @@ impl MembershipHandle {
                 Err(reason)
             }
         }
+    }
+
+    /// [`MembershipHandle::check_lease`], and until when a turn handed to the app now may run:
+    /// the lease's validity on the wall clock (HeartbeatClock) minus the drift margin, the
+    /// margin covering the rate drift between this host's clocks and its peers'. `None` when no
+    /// lease bounds this host's turns (worker-only, or self-fencing switched off).
+    pub fn turn_bound(&self) -> Result<Option<std::time::SystemTime>, FenceReason> {
+        self.check_lease()?;
+        if !self.inner.stateful || self.inner.cfg.self_fence == SelfFence::Never {
+            return Ok(None);
+        }
+        Ok(self.inner.hb.valid_until().map(|v| {
+            v.checked_sub(self.inner.cfg.drift_margin)
+                .unwrap_or(std::time::UNIX_EPOCH)
+        }))
+    }
+
+    /// A fenced host withdraws its record only after `hold` resolves (bounded by TTL + margin):
+    /// the runtime's "every turn handed out was answered or is past its not-after". Set once.
+    pub fn hold_withdrawal_until(
+        &self,
+        hold: impl Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
+        let _ = self.inner.withdraw_hold.set(Arc::new(hold));
     }
 
     /// Why this host fenced, once it has (latched; `/livez` fails while it is `Some`).

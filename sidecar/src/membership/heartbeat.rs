@@ -231,6 +231,37 @@ impl HeartbeatClock {
         }
     }
 
+    /// Until when (wall clock) the lease is valid unless a write is confirmed first: the start
+    /// of the last confirmed write plus TTL, on whichever clock ends it sooner — the monotonic
+    /// side is translated to the wall clock at `now`, so a wall clock that lags (stepped back, or
+    /// a suspend the wall side has not caught up with) never stretches the answer. Read-only: it
+    /// neither judges nor latches (ask [`HeartbeatClock::check`] for that). `None` before
+    /// `arm()`; the instant of the latch's cause is not kept, so a latched clock answers `now`.
+    ///
+    /// Why wall time: the bound travels to the app as an absolute not-after on the pod's wall
+    /// clock, the one clock app and sidecar share that keeps running across a VM suspend.
+    pub fn valid_until(&self) -> Option<SystemTime> {
+        let now = self.stamp();
+        let s = self.state.lock().expect("heartbeat lock");
+        if !s.armed {
+            return None;
+        }
+        if s.latched.is_some() {
+            return Some(now.wall);
+        }
+        let start = s.confirmed?;
+        let by_wall = start.wall + self.ttl;
+        let mono_end = start.mono + self.ttl;
+        let by_mono = match mono_end.checked_duration_since(now.mono) {
+            Some(left) => now.wall + left,
+            None => now
+                .wall
+                .checked_sub(now.mono.saturating_duration_since(mono_end))
+                .unwrap_or(now.wall),
+        };
+        Some(by_wall.min(by_mono))
+    }
+
     /// The monotonic instant at which the lease lapses unless a write is confirmed first (None
     /// before `arm()`). The wall-clock side cannot be slept on; callers also poll `check()`.
     pub fn deadline(&self) -> Option<Instant> {
@@ -379,6 +410,77 @@ mod tests {
             }))
         );
         assert_eq!(hb.check().unwrap_err().as_str(), "lost");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn valid_until_is_the_confirmed_start_plus_ttl_on_the_wall_clock() {
+        let (clock, hb) = fixture();
+        assert_eq!(hb.valid_until(), None, "silent before arm");
+        let armed_at = clock.wall();
+        hb.arm();
+        assert_eq!(hb.valid_until(), Some(armed_at + TTL));
+        clock.advance(Duration::from_secs(4));
+        let write_started = clock.wall();
+        hb.beat();
+        clock.advance(Duration::from_secs(3)); // a slow write
+        assert_eq!(
+            hb.valid_until(),
+            Some(armed_at + TTL),
+            "a write in flight extends nothing"
+        );
+        hb.confirmed();
+        assert_eq!(
+            hb.valid_until(),
+            Some(write_started + TTL),
+            "counted from the start of the confirmed write, not its confirmation"
+        );
+        hb.beat();
+        hb.failed();
+        assert_eq!(hb.valid_until(), Some(write_started + TTL));
+        // Read-only: asking past the end neither latches nor fences.
+        clock.advance(TTL * 2);
+        assert!(hb.valid_until().unwrap() < clock.wall());
+        hb.beat();
+        hb.confirmed();
+        assert_eq!(hb.valid_until(), Some(clock.wall() + TTL));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn valid_until_after_a_suspend_is_already_past() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        let armed_at = clock.wall();
+        clock.suspend(Duration::from_secs(60));
+        // The monotonic side alone would say "TTL left"; the wall side knows better.
+        assert_eq!(hb.valid_until(), Some(armed_at + TTL));
+        assert!(hb.valid_until().unwrap() < clock.wall());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn valid_until_never_trusts_a_wall_clock_stepped_backwards() {
+        let wall = Arc::new(SteppedWall(Mutex::new(
+            UNIX_EPOCH + Duration::from_secs(1_000),
+        )));
+        let hb = HeartbeatClock::new(wall.clone(), TTL);
+        hb.arm();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Stepped back by 100 s after the arm: the wall side would allow 115 s more.
+        *wall.0.lock().unwrap() = UNIX_EPOCH + Duration::from_secs(900);
+        assert_eq!(
+            hb.valid_until(),
+            Some(UNIX_EPOCH + Duration::from_secs(900) + TTL - Duration::from_secs(5)),
+            "the monotonic side's 10 s left, expressed on the wall clock now"
+        );
+        tokio::time::sleep(TTL).await;
+        assert!(hb.valid_until().unwrap() < UNIX_EPOCH + Duration::from_secs(900));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn valid_until_of_a_latched_clock_is_now() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        hb.lost(LostCause::Gone);
+        assert_eq!(hb.valid_until(), Some(clock.wall()));
     }
 
     #[tokio::test(start_paused = true)]

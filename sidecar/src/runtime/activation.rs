@@ -186,8 +186,9 @@ impl Caller {
         if let Some(ended) = shared.ended() {
             return Err(ended);
         }
-        // Fencing is checked at every turn dispatch (DESIGN.md §3).
-        rt.inner.gate.check_serving()?;
+        // Fencing is checked at every turn dispatch (DESIGN.md §3), and the lease bounds how
+        // long the app may run the turn (§8).
+        let not_after = rt.lease_not_after(deadline)?;
         rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let turn = shared.app.start_turn(
@@ -199,6 +200,7 @@ impl Caller {
             },
             deadline,
             now,
+            not_after,
         );
         let mut running = RunningTurn {
             turn: Some(Box::pin(turn)),
@@ -229,7 +231,7 @@ impl Caller {
         match outcome {
             Some(outcome) => {
                 running.finished(&outcome);
-                outcome
+                rt.settle(outcome)
             }
             None => {
                 // `running` is dropped here: its late answer is awaited by a task of its own.
@@ -389,12 +391,22 @@ async fn run(
         return;
     }
     let deadline = Instant::now() + lifecycle;
+    // The lease is checked at the moment the turn is handed over (DESIGN.md §8).
+    let not_after = match rt.lease_not_after(deadline) {
+        Ok(not_after) => not_after,
+        Err(e) => {
+            fail(e);
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
+    };
     let turn = app.start_turn(
         &actor,
         &activation_id,
         TurnKind::Activate,
         deadline,
         Instant::now(),
+        not_after,
     );
     let overrun = || {
         fail(ActorError::timeout(format!(
@@ -403,19 +415,21 @@ async fn run(
     };
     let (outcome, overran) =
         lifecycle_turn(&rt, &actor, "<activate>", deadline, turn, overrun).await;
+    let outcome = rt.settle(outcome);
     match outcome {
         Ok(_) if !overran => {}
         Ok(_) => {
             // The app activated the actor after its callers were told it timed out: it holds
             // an instance now, so end it the regular way before the claim goes.
-            if gate.check_serving().is_ok() {
-                let deadline = Instant::now() + lifecycle;
+            let deadline = Instant::now() + lifecycle;
+            if let Ok(not_after) = rt.lease_not_after(deadline) {
                 let turn = app.start_turn(
                     &actor,
                     &activation_id,
                     TurnKind::Deactivate(v1::DeactivateReason::Shutdown),
                     deadline,
                     Instant::now(),
+                    not_after,
                 );
                 let (outcome, _) =
                     lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
@@ -507,16 +521,23 @@ async fn run(
     }
     if fenced.is_none() {
         let deadline = Instant::now() + lifecycle;
-        let turn = app.start_turn(
-            &actor,
-            &activation_id,
-            TurnKind::Deactivate(reason),
-            deadline,
-            Instant::now(),
-        );
-        let (outcome, _) = lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
-        if let Err(e) = outcome {
-            tracing::warn!(error = %e, "deactivate turn failed");
+        match rt.lease_not_after(deadline) {
+            Ok(not_after) => {
+                let turn = app.start_turn(
+                    &actor,
+                    &activation_id,
+                    TurnKind::Deactivate(reason),
+                    deadline,
+                    Instant::now(),
+                    not_after,
+                );
+                let (outcome, _) =
+                    lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+                if let Err(e) = rt.settle(outcome) {
+                    tracing::warn!(error = %e, "deactivate turn failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "deactivate turn not sent"),
         }
     }
     rt.inner

@@ -6,6 +6,7 @@
 use super::ActorId;
 use async_trait::async_trait;
 use sigx_proto::ActorError;
+use std::time::SystemTime;
 use tokio::time::Instant;
 
 /// Asked by the runtime at every activation and every turn dispatch.
@@ -16,6 +17,14 @@ pub trait ActivationGate: Send + Sync + 'static {
     /// on both clocks (DESIGN.md §3: a queued turn that wakes after a suspend must find the host
     /// already fenced).
     fn check_serving(&self) -> Result<(), ActorError>;
+
+    /// [`ActivationGate::check_serving`], and until when a turn handed to the app now may run:
+    /// the lease's validity minus the drift margin, on the wall clock (`None`: no lease bounds
+    /// this host's turns). Asked at the moment a stateful turn is handed to the app; the answer
+    /// becomes part of the turn's not-after (DESIGN.md §8).
+    fn serving_until(&self) -> Result<Option<SystemTime>, ActorError> {
+        self.check_serving().map(|()| None)
+    }
 
     /// May this host accept a *new* activation now? Called before `claim`. A leaving host
     /// answers `wrong-host` (the call never ran; the caller re-places).

@@ -7,12 +7,13 @@
 
 mod activation;
 pub mod gate;
+mod lease;
 pub mod registry;
 pub mod session;
 
 pub use gate::{ActivationGate, OpenGate};
 pub use registry::{RegistrationError, Registry};
-pub use session::{AppSession, TurnKind, TurnOutcome};
+pub use session::{AppSession, Outstanding, TurnKind, TurnOutcome};
 
 use activation::Activation;
 use bytes::Bytes;
@@ -64,7 +65,7 @@ impl fmt::Display for ActorId {
 }
 
 /// Runtime settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeConfig {
     /// This host's id, used in activation ids and messages.
     pub host_id: String,
@@ -79,6 +80,21 @@ pub struct RuntimeConfig {
     pub lifecycle_turn_timeout: Duration,
     /// The (stateful, worker) types the role declares; the app must register exactly these.
     pub declared_types: Option<(Vec<String>, Vec<String>)>,
+    /// The pod's clocks: a turn's not-after is absolute wall-clock time, which the app compares
+    /// with its own (same machine) wall clock.
+    pub clock: crate::clock::SharedClock,
+}
+
+impl fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("host_id", &self.host_id)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("slow_turn", &self.slow_turn)
+            .field("lifecycle_turn_timeout", &self.lifecycle_turn_timeout)
+            .field("declared_types", &self.declared_types)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -90,6 +106,7 @@ impl Default for RuntimeConfig {
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(30),
             declared_types: None,
+            clock: crate::clock::system(),
         }
     }
 }
@@ -104,6 +121,9 @@ pub struct RuntimeCounters {
     pub timeouts: AtomicU64,
     pub slow_turns: AtomicU64,
     pub app_errors: AtomicU64,
+    /// Turns the app refused or cancelled at their not-after, or whose answer came back after
+    /// the lease lapsed: none of them is reported as success.
+    pub turns_past_not_after: AtomicU64,
 }
 
 impl RuntimeCounters {
@@ -118,6 +138,10 @@ impl RuntimeCounters {
             ("turnTimeouts".to_string(), g(&self.timeouts)),
             ("slowTurns".to_string(), g(&self.slow_turns)),
             ("appErrors".to_string(), g(&self.app_errors)),
+            (
+                "turnsPastNotAfter".to_string(),
+                g(&self.turns_past_not_after),
+            ),
         ])
     }
 }
@@ -145,6 +169,8 @@ pub(crate) struct Inner {
     /// Activation tasks still running: from the claim to the release of the claim, which comes
     /// only after the app answered its last lifecycle turn.
     pub(crate) lifecycles: watch::Sender<u64>,
+    /// Turns handed to the app that it may still be running (for the fenced withdrawal).
+    outstanding: Arc<Outstanding>,
 }
 
 /// The local actor runtime of one host.
@@ -200,6 +226,7 @@ impl Runtime {
                 next_activation: AtomicU64::new(1),
                 in_flight: watch::channel(0).0,
                 lifecycles: watch::channel(0).0,
+                outstanding: Arc::new(Outstanding::default()),
             }),
         }
     }
@@ -251,7 +278,7 @@ impl Runtime {
             }
         }
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
-        let session = AppSession::new(id, registry, tx);
+        let session = AppSession::new(id, registry, tx, self.inner.outstanding.clone());
         let mut refused = None;
         self.inner.app.send_if_modified(|state| match state {
             AppState::Attached(existing) if !existing.is_closed() => {
@@ -470,6 +497,7 @@ impl Runtime {
             .counters
             .worker_turns
             .fetch_add(1, Ordering::Relaxed);
+        // Workers hold no identity: their turns are bounded by the caller's deadline alone.
         let turn = app.start_turn(
             actor,
             "",
@@ -479,6 +507,7 @@ impl Runtime {
             },
             deadline,
             Instant::now(),
+            self.not_after(deadline, None),
         );
         let result = self.run_timed(actor, method, deadline, turn).await;
         self.note_error(&result);

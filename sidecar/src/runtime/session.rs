@@ -1,4 +1,8 @@
 //! One registered app: the sending half of its `Serve` stream and the turns awaiting answers.
+//!
+//! Every turn handed to the app is also entered in the runtime's [`Outstanding`] ledger with
+//! its not-after, and leaves it only when the app answers: a fenced host withdraws its record
+//! only once the ledger holds nothing the app may still be running (DESIGN.md §8).
 
 use super::ActorId;
 use super::registry::Registry;
@@ -27,6 +31,55 @@ fn never_sent(app: &str) -> ActorError {
     ))
 }
 
+/// The app refused the turn: it reached the app past its not-after, and no code ran.
+fn refused_late(app: &str, message: &str) -> ActorError {
+    ActorError::timeout(format!(
+        "the app {app:?} refused the turn because it arrived past its not-after (the earlier of \
+         the call's deadline and this host's lease): it never ran ({message})"
+    ))
+}
+
+/// The app cancelled the turn at its not-after (or on the fence notice): it may have run in part.
+fn cancelled(app: &str, message: &str) -> ActorError {
+    ActorError::timeout(format!(
+        "the app {app:?} cancelled the turn at its not-after (the earlier of the call's deadline \
+         and this host's lease): it may have run in part; a result is never reported ({message})"
+    ))
+}
+
+/// Turns handed to the app and not yet answered, with their not-after (Unix ms, wall clock),
+/// across every session of the runtime: a turn of a session whose stream broke may still run
+/// in the app until its not-after, so it stays here until then.
+#[derive(Debug, Default)]
+pub struct Outstanding {
+    turns: Mutex<HashMap<(u64, u64), i64>>,
+}
+
+impl Outstanding {
+    fn handed(&self, session: u64, turn_id: u64, not_after_unix_ms: i64) {
+        self.turns
+            .lock()
+            .expect("outstanding lock")
+            .insert((session, turn_id), not_after_unix_ms);
+    }
+
+    fn answered(&self, session: u64, turn_id: u64) {
+        self.turns
+            .lock()
+            .expect("outstanding lock")
+            .remove(&(session, turn_id));
+    }
+
+    /// The latest not-after of a turn the app may still be running at wall time `now_unix_ms`
+    /// (`None` when every turn handed out has been answered or is past its not-after). Forgets
+    /// the turns that are past.
+    pub fn latest_running(&self, now_unix_ms: i64) -> Option<i64> {
+        let mut turns = self.turns.lock().expect("outstanding lock");
+        turns.retain(|_, not_after| *not_after > now_unix_ms);
+        turns.values().copied().max()
+    }
+}
+
 fn in_flight_lost(app: &str) -> ActorError {
     ActorError::outcome_unknown(format!(
         "the app {app:?} disconnected with this turn in flight: outcome unknown, not retried"
@@ -42,6 +95,7 @@ pub struct AppSession {
     tx: Mutex<Option<mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>>>,
     pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
     next_turn: AtomicU64,
+    outstanding: Arc<Outstanding>,
     closed: watch::Sender<bool>,
     drain: watch::Sender<bool>,
 }
@@ -56,11 +110,12 @@ impl std::fmt::Debug for AppSession {
 }
 
 impl AppSession {
-    /// A session sending on `tx`.
+    /// A session sending on `tx`, entering the turns it hands out in `outstanding`.
     pub fn new(
         id: u64,
         registry: Registry,
         tx: mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>,
+        outstanding: Arc<Outstanding>,
     ) -> Arc<Self> {
         Arc::new(AppSession {
             id,
@@ -68,6 +123,7 @@ impl AppSession {
             tx: Mutex::new(Some(tx)),
             pending: Mutex::new(Some(HashMap::new())),
             next_turn: AtomicU64::new(1),
+            outstanding,
             closed: watch::channel(false).0,
             drain: watch::channel(false).0,
         })
@@ -119,6 +175,7 @@ impl AppSession {
     /// Delivers the app's answer to a turn. Answers to turns nobody awaits (already timed out,
     /// or unknown ids) are dropped.
     pub fn complete(&self, result: v1::TurnResult) {
+        self.outstanding.answered(self.id, result.turn_id);
         let waiter = self
             .pending
             .lock()
@@ -135,11 +192,13 @@ impl AppSession {
         let outcome = match result.outcome {
             Some(v1::turn_result::Outcome::Ok(bytes)) => Ok(bytes),
             Some(v1::turn_result::Outcome::Error(e)) => {
-                let kind = match ErrorKind::from_proto(e.kind) {
-                    ErrorKind::Invalid => ErrorKind::Invalid,
-                    _ => ErrorKind::App,
-                };
-                Err(ActorError::new(kind, e.message))
+                let app = &self.registry.app_name;
+                Err(match ErrorKind::from_proto(e.kind) {
+                    ErrorKind::Invalid => ActorError::invalid(e.message),
+                    ErrorKind::Unreachable => refused_late(app, &e.message),
+                    ErrorKind::Timeout => cancelled(app, &e.message),
+                    _ => ActorError::app(e.message),
+                })
             }
             None => Err(ActorError::invalid(
                 "the app answered a turn with neither a result nor an error",
@@ -151,6 +210,8 @@ impl AppSession {
     /// Sends a turn to the app and returns the future of its answer. The answer future has no
     /// timeout of its own: callers race it against their deadline, and the runtime keeps waiting
     /// for a late answer so that turns of one activation never overlap in the app.
+    /// `not_after_unix_ms` is the turn's absolute bound (see `Turn.not_after_unix_ms`); the
+    /// caller has checked the lease just before.
     pub fn start_turn(
         &self,
         actor: &ActorId,
@@ -158,6 +219,7 @@ impl AppSession {
         kind: TurnKind,
         deadline: Instant,
         now: Instant,
+        not_after_unix_ms: i64,
     ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
         let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
         let (waiter, rx) = oneshot::channel();
@@ -186,16 +248,24 @@ impl AppSession {
                 actor: Some(actor.to_proto()),
                 activation_id: activation_id.to_string(),
                 timeout_ms: deadline.saturating_duration_since(now).as_millis() as u64,
+                not_after_unix_ms,
                 kind: Some(kind_proto),
             })),
         };
-        let sent = registered
-            && self
-                .tx
-                .lock()
-                .expect("tx lock")
-                .as_ref()
-                .is_some_and(|tx| tx.send(Ok(msg)).is_ok());
+        // Worker turns hold no identity: nothing waits for them before the record goes.
+        let tracked = !activation_id.is_empty();
+        let sent = registered && {
+            let tx = self.tx.lock().expect("tx lock");
+            // Entered before the send, under the send lock: an answer can never overtake it.
+            if tracked {
+                self.outstanding.handed(self.id, turn_id, not_after_unix_ms);
+            }
+            let sent = tx.as_ref().is_some_and(|tx| tx.send(Ok(msg)).is_ok());
+            if !sent && tracked {
+                self.outstanding.answered(self.id, turn_id);
+            }
+            sent
+        };
         if !sent {
             // Not sent, so nobody will answer it: answer it now (the session may already have
             // closed and answered it as in flight; then this finds nothing).
@@ -220,6 +290,18 @@ impl AppSession {
                 Ok(outcome) => outcome,
                 Err(_) => Err(in_flight_lost(&app)),
             }
+        }
+    }
+
+    /// Tells the app that the host fenced (`FenceNotice`): it drops every activation and
+    /// cancels its running turns. The stream stays open for their answers.
+    pub fn notify_fenced(&self, reason: &str) {
+        if let Some(tx) = self.tx.lock().expect("tx lock").as_ref() {
+            let _ = tx.send(Ok(v1::SidecarMessage {
+                msg: Some(v1::sidecar_message::Msg::Fenced(v1::FenceNotice {
+                    reason: reason.to_string(),
+                })),
+            }));
         }
     }
 
