@@ -4,6 +4,7 @@
 //! Where a call goes is not decided here: the service hands it to a [`Dispatcher`] — the local
 //! runtime on a single host, the routing loop in a cluster.
 
+pub mod authority;
 pub mod deadline;
 
 use crate::runtime::{ActorId, AttachError, Registry, Runtime};

@@ -439,7 +439,11 @@ async fn serve_socket(
         Ok(reflection) => router = router.add_service(reflection),
         Err(e) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
     }
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Any `:authority` is accepted: on a Unix socket it names nothing (app/authority.rs).
+    let incoming = futures::TryStreamExt::map_ok(
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+        crate::app::authority::AnyAuthority::new,
+    );
     if let Err(e) = router
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

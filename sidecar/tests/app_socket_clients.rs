@@ -1,0 +1,108 @@
+//! The app socket serves every stock gRPC client with its default options (issue 15): whatever
+//! `:authority` it sends, the standard rich error model on every error, and reflection in both
+//! protocol versions. The Python, Node.js and Go runners in sdk/ check the same with the stock
+//! libraries themselves; these tests pin the wire behaviour from Rust.
+
+mod support;
+
+use std::time::Duration;
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+fn frame(kind: u8, flags: u8, stream_id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut b = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    b.extend([kind, flags]);
+    b.extend(stream_id.to_be_bytes());
+    b.extend(payload);
+    b
+}
+
+/// The answer to one raw HTTP/2 gRPC request: the response's header fields (initial and
+/// trailing), or the RST_STREAM error code when the server refused the stream.
+#[derive(Debug)]
+enum Answer {
+    Headers(Vec<(String, String)>),
+    Reset(u32),
+}
+
+/// Sends `grpc.health.v1.Health/Check` with `authority` over a raw HTTP/2 connection, encoded
+/// the way gRPC's C core encodes it (`:authority` as a literal with incremental indexing), and
+/// reads the answer until the trailers or a reset.
+async fn health_check_with_authority(socket: &std::path::Path, authority: &str) -> Answer {
+    let mut conn = tokio::net::UnixStream::connect(socket).await.unwrap();
+    let mut encoder = loona_hpack::Encoder::new();
+    let headers: Vec<(&[u8], &[u8])> = vec![
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", b"/grpc.health.v1.Health/Check"),
+        (b":authority", authority.as_bytes()),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+    ];
+    let block = encoder.encode(headers);
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[])); // SETTINGS
+    out.extend(frame(0x1, 0x4, 1, &block)); // HEADERS, END_HEADERS
+    out.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0])); // DATA: an empty HealthCheckRequest
+    conn.write_all(&out).await.unwrap();
+
+    let mut decoder = loona_hpack::Decoder::new();
+    let mut fields = Vec::new();
+    let read = async {
+        loop {
+            let mut head = [0u8; 9];
+            conn.read_exact(&mut head).await.unwrap();
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let (kind, flags) = (head[3], head[4]);
+            let sid = u32::from_be_bytes([head[5], head[6], head[7], head[8]]);
+            let mut payload = vec![0u8; len];
+            conn.read_exact(&mut payload).await.unwrap();
+            match kind {
+                0x4 if flags & 0x1 == 0 => conn.write_all(&frame(0x4, 0x1, 0, &[])).await.unwrap(),
+                0x3 if sid == 1 => {
+                    return Answer::Reset(u32::from_be_bytes(payload[..4].try_into().unwrap()));
+                }
+                0x1 if sid == 1 => {
+                    for (n, v) in decoder.decode(&payload).unwrap() {
+                        fields.push((String::from_utf8(n).unwrap(), String::from_utf8(v).unwrap()));
+                    }
+                    if flags & 0x1 != 0 {
+                        return Answer::Headers(fields);
+                    }
+                }
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("an answer within 10 s")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_authority_a_stock_client_sends_is_accepted_on_the_socket() {
+    let dir = tempdir();
+    let host = start_host(dir.path(), &[]).await;
+    // gRPC's C core (Python, Ruby, PHP, C++) percent-encodes the socket path; grpc-go sends
+    // "localhost"; an empty one must not matter either.
+    let c_core = host
+        .socket
+        .display()
+        .to_string()
+        .trim_start_matches('/')
+        .replace('/', "%2F");
+    for authority in [c_core.as_str(), "localhost", "tmp%2Fa%2Fs.sock", ""] {
+        let fields = match health_check_with_authority(&host.socket, authority).await {
+            Answer::Headers(fields) => fields,
+            Answer::Reset(code) => {
+                panic!("authority {authority:?} was refused: RST_STREAM with error code {code}")
+            }
+        };
+        let get = |k: &str| fields.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get(":status"), Some("200"), "{authority:?}: {fields:?}");
+        assert_eq!(get("grpc-status"), Some("0"), "{authority:?}: {fields:?}");
+    }
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}
