@@ -106,3 +106,92 @@ async fn any_authority_a_stock_client_sends_is_accepted_on_the_socket() {
     }
     host.stop(sigx_sidecar::host::StopKind::Fast).await;
 }
+
+/// Reads a status the way every language's stock helper does: `grpc-status-details-bin` is a
+/// `google.rpc.Status` with the same code and message, whose one detail is a packed ErrorDetail;
+/// the kind is also in `sigx-error-kind`. Returns the detail's kind.
+fn rich_kind(status: &tonic::Status) -> sigx_proto::v1::ErrorKind {
+    use prost::Message;
+    let rich = sigx_proto::google::rpc::Status::decode(status.details())
+        .unwrap_or_else(|e| panic!("details of {status:?} are no google.rpc.Status: {e}"));
+    assert_eq!(rich.code, status.code() as i32, "{status:?}");
+    assert_eq!(rich.message, status.message(), "{status:?}");
+    assert_eq!(rich.details.len(), 1, "{rich:?}");
+    assert_eq!(
+        rich.details[0].type_url,
+        "type.googleapis.com/sigx.actors.v1.ErrorDetail"
+    );
+    let detail = sigx_proto::v1::ErrorDetail::decode(rich.details[0].value.as_slice()).unwrap();
+    let kind = sigx_proto::v1::ErrorKind::try_from(detail.kind).unwrap();
+    let metadata = status
+        .metadata()
+        .get(sigx_proto::error::ERROR_KIND_METADATA)
+        .unwrap_or_else(|| panic!("no sigx-error-kind on {status:?}"));
+    assert_eq!(
+        metadata.to_str().unwrap(),
+        sigx_proto::ErrorKind::from_proto(detail.kind).as_str()
+    );
+    kind
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_refusals_and_call_errors_carry_the_standard_rich_error_model() {
+    use sigx_proto::v1::{self, ErrorKind};
+    use std::collections::HashMap;
+    let dir = tempdir();
+    let host = start_host(dir.path(), &[]).await;
+    let register = |actors| v1::Register {
+        actors,
+        workers: vec![],
+        app_name: "rich-errors".into(),
+    };
+
+    let invalid = TestApp::start(&host.socket, register(vec![]), HashMap::new())
+        .await
+        .err()
+        .expect("an empty registration is refused");
+    assert_eq!(invalid.code(), tonic::Code::InvalidArgument);
+    assert_eq!(rich_kind(&invalid), ErrorKind::Invalid);
+
+    let _first = TestApp::start(
+        &host.socket,
+        register(vec![actor_spec("A", false, 0)]),
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
+    let second = TestApp::start(
+        &host.socket,
+        register(vec![actor_spec("B", false, 0)]),
+        HashMap::new(),
+    )
+    .await
+    .err()
+    .expect("a second app is refused");
+    assert_eq!(second.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        second.message().contains("already registered"),
+        "{second:?}"
+    );
+    assert_eq!(rich_kind(&second), ErrorKind::WrongHost);
+
+    let mut client = client(&host.socket).await;
+    let unknown = client
+        .call(v1::CallRequest {
+            actor: Some(v1::ActorRef {
+                actor_type: "Nope".into(),
+                key: "1".into(),
+            }),
+            method: "get".into(),
+            payload: Default::default(),
+            timeout_ms: 2_000,
+        })
+        .await
+        .expect_err("an unknown type fails");
+    assert_eq!(
+        rich_kind(&unknown),
+        ErrorKind::Invalid,
+        "a single host knows its types"
+    );
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}
