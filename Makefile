@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
+.PHONY: all build demo test test-rust test-lang test-python check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
 
 all: build
 
@@ -30,6 +30,16 @@ test-rust: build
 	bash scripts/install-tools.sh nextest
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
+
+## test-lang: Python (pytest), Node.js (node --test) and Go (go test) programs using only their
+## language's stock gRPC library, with default options, against the real sigx-sidecar binary
+## (found through SIGX_BIN_DIR). The tools install into .tools/ and sdk/ (install-lang-tools.sh).
+test-lang: build
+	bash scripts/install-lang-tools.sh python
+	$(MAKE) --no-print-directory test-python
+
+test-python:
+	cd sdk/python && SIGX_BIN_DIR=$(BIN) $(CURDIR)/.tools/venv-py/bin/python -m pytest tests
 
 tools:
 	bash scripts/install-tools.sh
