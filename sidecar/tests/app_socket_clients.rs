@@ -195,3 +195,124 @@ async fn serve_refusals_and_call_errors_carry_the_standard_rich_error_model() {
     );
     host.stop(sigx_sidecar::host::StopKind::Fast).await;
 }
+
+/// A real `sigx-sidecar` process stopped with SIGTERM ends the app's Serve stream with OK after
+/// deactivating its actors, before the GOAWAY: an app tells "stopping" from "crashed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_the_serve_stream_with_ok_after_the_drain() {
+    use sigx_proto::v1::{self, actor_host_client::ActorHostClient};
+    let dir = tempdir();
+    let socket = dir.path().join("s.sock");
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_sigx-sidecar"))
+        .env("SIGX_SOCKET", &socket)
+        .env("SIGX_MEMBERSHIP", "none")
+        .env("SIGX_HEALTH_ADDR", "127.0.0.1:0")
+        .env("SIGX_INSECURE", "true")
+        .env("SIGX_LOG", "info")
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    while !socket.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no socket after 15 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut app = ActorHostClient::new(connect(&socket).await);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tx.send(v1::AppMessage {
+        msg: Some(v1::app_message::Msg::Register(v1::Register {
+            actors: vec![actor_spec("Counter", false, 0)],
+            workers: vec![],
+            app_name: "sigterm".into(),
+        })),
+    })
+    .unwrap();
+    let mut inbound = app
+        .serve(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(matches!(
+        inbound.message().await.unwrap().unwrap().msg,
+        Some(v1::sidecar_message::Msg::Registered(_))
+    ));
+    // One activation, so the stop has something to deactivate.
+    let caller = tokio::spawn({
+        let socket = socket.clone();
+        async move {
+            let mut c = client(&socket).await;
+            call(&mut c, "Counter", "a", "incr", b"", 10_000).await
+        }
+    });
+    let mut kinds = Vec::new();
+    let answer = |turn: v1::Turn, kinds: &mut Vec<&'static str>| {
+        kinds.push(match turn.kind {
+            Some(v1::turn::Kind::Activate(_)) => "activate",
+            Some(v1::turn::Kind::Invoke(_)) => "invoke",
+            Some(v1::turn::Kind::Deactivate(_)) => "deactivate",
+            None => "none",
+        });
+        tx.send(v1::AppMessage {
+            msg: Some(v1::app_message::Msg::Result(v1::TurnResult {
+                turn_id: turn.turn_id,
+                outcome: Some(v1::turn_result::Outcome::Ok(Default::default())),
+            })),
+        })
+        .unwrap();
+    };
+    for _ in 0..2 {
+        let Some(v1::sidecar_message::Msg::Turn(turn)) =
+            inbound.message().await.unwrap().unwrap().msg
+        else {
+            panic!("expected a turn");
+        };
+        answer(turn, &mut kinds);
+    }
+    caller.await.unwrap().expect("the call succeeds");
+
+    let pid = child.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let end = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match inbound.message().await {
+                Ok(Some(v1::SidecarMessage {
+                    msg: Some(v1::sidecar_message::Msg::Turn(turn)),
+                })) => answer(turn, &mut kinds),
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(()),
+                Err(status) => return Err(status),
+            }
+        }
+    })
+    .await
+    .expect("the Serve stream ends within 20 s of SIGTERM");
+    drop(tx);
+    let exit = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the sidecar exits")
+        .unwrap();
+    let mut log = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut log).await;
+    }
+    assert!(
+        end.is_ok(),
+        "the Serve stream broke instead of ending with OK: {end:?}\n{log}"
+    );
+    assert_eq!(kinds, ["activate", "invoke", "deactivate"], "{log}");
+    assert!(exit.success(), "{exit:?}\n{log}");
+    let ended = log.find("app-stream-ended").expect("the step is logged");
+    let closed = log.find("listeners-closed").expect("the step is logged");
+    assert!(
+        ended < closed,
+        "the stream ends before the listeners close:\n{log}"
+    );
+}

@@ -87,3 +87,22 @@ def test_a_second_app_is_refused_with_a_decodable_error(pb, sidecar: Sidecar) ->
         assert "already registered" in detail.message
     finally:
         first.close()
+
+
+def test_sigterm_ends_the_serve_stream_with_ok_after_deactivating(pb, sidecar: Sidecar) -> None:
+    import signal
+
+    app = CounterApp(pb, sidecar.target)
+    try:
+        assert call(pb, sidecar, "a", "incr") == b"1"
+        sidecar.process.send_signal(signal.SIGTERM)
+        assert app.ended.wait(20), "the Serve stream did not end within 20 s of SIGTERM"
+        assert app.end[0] == grpc.StatusCode.OK, f"the stream broke: {app.end}\n{sidecar.log_text()}"
+        assert [(k, key) for k, key, _ in app.events] == [
+            ("activate", "a"),
+            ("invoke", "a"),
+            ("deactivate", "a"),
+        ]
+        assert sidecar.process.wait(timeout=20) == 0
+    finally:
+        app.close()

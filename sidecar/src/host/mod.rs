@@ -6,7 +6,8 @@
 //! its own active record. No window where the host is routable but nothing listens.
 //!
 //! Stop: readiness fails; status `leaving`; in-flight turns drain; activations get `Deactivate`
-//! turns and are unregistered; the membership record is withdrawn; listeners close last.
+//! turns and are unregistered; the app's Serve stream ends with OK; the membership record is
+//! withdrawn; listeners close last.
 
 mod cluster;
 pub mod late;
@@ -130,6 +131,11 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
     })?;
     Ok(listener)
 }
+
+/// How long a stop waits for the app to close its side of `Serve` after the sidecar ended its
+/// own, so the app reads the clean end before the GOAWAY. An app that keeps its side open only
+/// delays the stop by this much.
+pub const APP_STREAM_END_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How a stop was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -383,6 +389,22 @@ impl Host {
                     "partitions handed over"
                 );
             }
+        }
+        // The app's Serve stream ends cleanly (OK) once its actors are drained and deactivated,
+        // before any GOAWAY: the app tells a stopping sidecar from a crashed one (UNAVAILABLE),
+        // exactly as when it asked to be drained itself.
+        if let Some(session) = self.runtime.app() {
+            let t = Instant::now();
+            session.end_stream();
+            let seen = tokio::time::timeout(APP_STREAM_END_WAIT, session.closed())
+                .await
+                .is_ok();
+            tracing::info!(
+                step = "app-stream-ended",
+                app_closed = seen,
+                ms = t.elapsed().as_millis() as u64,
+                "the app's Serve stream ended with OK"
+            );
         }
         if let Some(c) = cluster {
             let t = Instant::now();
