@@ -316,3 +316,46 @@ async fn sigterm_ends_the_serve_stream_with_ok_after_the_drain() {
         "the stream ends before the listeners close:\n{log}"
     );
 }
+
+/// Reflection answers in v1alpha too (Python's grpcio-reflection client, older grpcurl), with
+/// the same services as v1, and resolves a sigx symbol to its file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reflection_answers_in_v1alpha_as_well_as_v1() {
+    use tonic_reflection::pb::v1alpha::ServerReflectionRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_client::ServerReflectionClient;
+    use tonic_reflection::pb::v1alpha::server_reflection_request::MessageRequest;
+    use tonic_reflection::pb::v1alpha::server_reflection_response::MessageResponse;
+    let dir = tempdir();
+    let host = start_host(dir.path(), &[]).await;
+    let mut reflection = ServerReflectionClient::new(connect(&host.socket).await);
+    let requests = vec![
+        ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        },
+        ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(
+                "sigx.actors.v1.ActorHost".into(),
+            )),
+        },
+    ];
+    let mut answers = reflection
+        .server_reflection_info(futures::stream::iter(requests))
+        .await
+        .expect("v1alpha reflection is served")
+        .into_inner();
+    let list = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = list.message_response else {
+        panic!("unexpected reflection answer: {list:?}");
+    };
+    let mut names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    names.sort();
+    assert_eq!(names, ["grpc.health.v1.Health", "sigx.actors.v1.ActorHost"]);
+    let file = answers.message().await.unwrap().unwrap();
+    let Some(MessageResponse::FileDescriptorResponse(files)) = file.message_response else {
+        panic!("unexpected reflection answer: {file:?}");
+    };
+    assert!(!files.file_descriptor_proto.is_empty());
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}

@@ -445,21 +445,25 @@ async fn serve_socket(
         .set_serving::<v1::actor_host_server::ActorHostServer<AppService>>()
         .await;
     // Advertise exactly what this socket serves (the mesh service shares the descriptor set but
-    // is served on the mesh port only).
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(sigx_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .with_service_name("sigx.actors.v1.ActorHost")
-        .with_service_name("grpc.health.v1.Health")
-        .build_v1();
+    // is served on the mesh port only), in both protocol versions: Python's reflection client and
+    // older grpcurl speak v1alpha only.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(sigx_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name("sigx.actors.v1.ActorHost")
+            .with_service_name("grpc.health.v1.Health")
+    };
+    let reflection_v1 = reflection().build_v1();
+    let reflection_v1alpha = reflection().build_v1alpha();
     let svc = v1::actor_host_server::ActorHostServer::new(app)
         .max_decoding_message_size(max_payload + 64 * 1024)
         .max_encoding_message_size(max_payload + 64 * 1024);
     let mut builder = tonic::transport::Server::builder();
     let mut router = builder.add_service(svc).add_service(health_service);
-    match reflection {
-        Ok(reflection) => router = router.add_service(reflection),
-        Err(e) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
+    match (reflection_v1, reflection_v1alpha) {
+        (Ok(v1), Ok(v1alpha)) => router = router.add_service(v1).add_service(v1alpha),
+        (Err(e), _) | (_, Err(e)) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
     }
     // Any `:authority` is accepted: on a Unix socket it names nothing (app/authority.rs).
     let incoming = futures::TryStreamExt::map_ok(
