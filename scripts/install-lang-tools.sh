@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the other-language tests need (`make test-lang`), into the clone only:
 #
-#   install-lang-tools.sh [all|python|node|go]      (default all)
+#   install-lang-tools.sh [all|python|node|go ...]      (default all)
 #
 # python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status and
 #   pytest of sdk/python/requirements-test.txt, from PyPI. Re-installed when that file changes.
@@ -14,15 +14,23 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ROOT}/.tools/venv-py"
 SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
-WHAT="${1:-all}"
-case "${WHAT}" in
-    all | python | node | go) ;;
-    *)
-        echo "install-lang-tools: unknown selection '${WHAT}'; use all, python, node or go" >&2
-        exit 2
-        ;;
-esac
-want() { [[ "${WHAT}" == all || "${WHAT}" == "$1" ]]; }
+SELECTED=("${@:-all}")
+for what in "${SELECTED[@]}"; do
+    case "${what}" in
+        all | python | node | go) ;;
+        *)
+            echo "install-lang-tools: unknown selection '${what}'; use all, python, node or go" >&2
+            exit 2
+            ;;
+    esac
+done
+want() {
+    local what
+    for what in "${SELECTED[@]}"; do
+        [[ "${what}" == all || "${what}" == "$1" ]] && return 0
+    done
+    return 1
+}
 need() {
     if ! command -v "$1" >/dev/null 2>&1; then
         echo "install-lang-tools: ERROR: '$1' not found; $2" >&2
