@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust test-lang test-python test-node check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
+.PHONY: all build demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim clean-demo
 
 all: build
 
@@ -35,14 +35,17 @@ test-rust: build
 ## language's stock gRPC library, with default options, against the real sigx-sidecar binary
 ## (found through SIGX_BIN_DIR). The tools install into .tools/ and sdk/ (install-lang-tools.sh).
 test-lang: build
-	bash scripts/install-lang-tools.sh python node
-	$(MAKE) --no-print-directory test-python test-node
+	bash scripts/install-lang-tools.sh
+	$(MAKE) --no-print-directory test-python test-node test-go
 
 test-python:
 	cd sdk/python && SIGX_BIN_DIR=$(BIN) $(CURDIR)/.tools/venv-py/bin/python -m pytest tests
 
 test-node:
 	cd sdk/typescript && SIGX_BIN_DIR=$(BIN) node --test test/socket.test.mjs
+
+test-go:
+	cd sdk/go && SIGX_BIN_DIR=$(BIN) go test -count=1 ./...
 
 tools:
 	bash scripts/install-tools.sh

@@ -6,7 +6,9 @@
 # python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status and
 #   pytest of sdk/python/requirements-test.txt, from PyPI. Re-installed when that file changes.
 # node:   `npm ci` in sdk/typescript (package-lock.json is checked in) from the npm registry.
-# go:     `go mod download` in sdk/go (go.sum is checked in) from the Go module proxy.
+# go:     `go mod download` in sdk/go (go.sum is checked in), and protoc-gen-go and
+#   protoc-gen-go-grpc built into .tools/bin, from the Go module proxy. sdk/go/gen.sh runs them
+#   under the protoc inside grpcio-tools (no system protoc), so `go` needs `python` too.
 # A missing toolchain (python3 with venv, node and npm, go) fails loudly: a test that cannot run
 # never passes. Idempotent: a second run with everything in place only reports it.
 set -euo pipefail
@@ -67,7 +69,10 @@ if want node; then
 fi
 
 if want go; then
-    need go "install Go 1.22+ to run the Go tests"
+    need go "install Go 1.26+ (what sdk/go/go.mod needs) to run the Go tests"
     (cd "${ROOT}/sdk/go" && go mod download)
-    echo "install-lang-tools: $(go version), modules of sdk/go downloaded"
+    # The stub generators (sdk/go/gen.sh; the staleness test runs it), pinned, into .tools/bin.
+    GOBIN="${ROOT}/.tools/bin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+    GOBIN="${ROOT}/.tools/bin" go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+    echo "install-lang-tools: $(go version), modules of sdk/go downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
 fi
