@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
+.PHONY: all build demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
 
 all: build
 
@@ -21,8 +21,9 @@ build:
 demo: build
 	$(BIN)/sigx dev up --hosts 3 --workload 1000 --exit-after-workload --dir .sigx/demo
 
-## test: every test of the workspace, then the manifest checks (helm lint, kubernetes-validate).
-test: test-rust check-manifests
+## test: every test of the workspace, the stock-client tests in Python, Node.js and Go, then the
+## manifest checks (helm lint, kubernetes-validate).
+test: test-rust test-lang check-manifests
 
 ## nextest runs every test in a process of its own (the suites start real processes, servers and
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
@@ -30,6 +31,22 @@ test-rust: build
 	bash scripts/install-tools.sh nextest
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
+
+## test-lang: Python (pytest), Node.js (node --test) and Go (go test) programs using only their
+## language's stock gRPC library, with default options, against the real sigx-sidecar binary
+## (found through SIGX_BIN_DIR). The tools install into .tools/ and sdk/ (install-lang-tools.sh).
+test-lang: build
+	bash scripts/install-lang-tools.sh
+	$(MAKE) --no-print-directory test-python test-node test-go
+
+test-python:
+	cd sdk/python && SIGX_BIN_DIR=$(BIN) $(CURDIR)/.tools/venv-py/bin/python -m pytest tests
+
+test-node:
+	cd sdk/typescript && SIGX_BIN_DIR=$(BIN) node --test test/socket.test.mjs
+
+test-go:
+	cd sdk/go && SIGX_BIN_DIR=$(BIN) go test -count=1 ./...
 
 tools:
 	bash scripts/install-tools.sh

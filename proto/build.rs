@@ -10,6 +10,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "sigx/actors/v1/types.proto",
         "sigx/actors/v1/app.proto",
         "sigx/actors/v1/mesh.proto",
+        // The standard rich error model every sigx error is carried in (vendored).
+        "google/rpc/status.proto",
     ];
     for file in &files {
         println!("cargo:rerun-if-changed={file}");

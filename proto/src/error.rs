@@ -1,6 +1,8 @@
 //! The one error type of the wire contract: an [`ActorError`] with a stable [`ErrorKind`],
-//! carried in gRPC statuses as an encoded [`v1::ErrorDetail`] plus a `sigx-error-kind` metadata
-//! entry, so that clients in any language can branch on the kind.
+//! carried in gRPC statuses in the standard rich error model — `grpc-status-details-bin` holds a
+//! `google.rpc.Status` whose `details` are one [`v1::ErrorDetail`] packed as `Any` — plus a
+//! `sigx-error-kind` metadata entry, so that every language's stock status helper
+//! (`grpc_status.rpc_status` in Python, `status.FromError` in Go, ...) finds the kind.
 
 use crate::v1;
 use prost::Message;
@@ -9,6 +11,9 @@ use std::time::Duration;
 
 /// The metadata key that names the error kind in ASCII (`fenced`, `wrong-host`, ...).
 pub const ERROR_KIND_METADATA: &str = "sigx-error-kind";
+
+/// The `Any` type URL of a packed [`v1::ErrorDetail`].
+pub const ERROR_DETAIL_TYPE_URL: &str = "type.googleapis.com/sigx.actors.v1.ErrorDetail";
 
 /// What went wrong, as a stable kind (DESIGN.md §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -251,20 +256,46 @@ impl ActorError {
         }
     }
 
-    /// The gRPC status: the kind's code, the message, the encoded detail and the kind metadata.
+    /// The gRPC status: the kind's code, the message, a `google.rpc.Status` (same code and
+    /// message, the detail packed as `Any`) as its details, and the kind metadata.
     pub fn to_status(&self) -> tonic::Status {
-        let details = self.to_detail().encode_to_vec();
+        let code = self.kind.code();
+        let message = self.to_string();
+        let details = crate::google::rpc::Status {
+            code: code as i32,
+            message: message.clone(),
+            details: vec![prost_types::Any {
+                type_url: ERROR_DETAIL_TYPE_URL.to_string(),
+                value: self.to_detail().encode_to_vec(),
+            }],
+        }
+        .encode_to_vec();
         let mut metadata = tonic::metadata::MetadataMap::new();
         metadata.insert(
             ERROR_KIND_METADATA,
             tonic::metadata::MetadataValue::from_static(self.kind.as_str()),
         );
-        tonic::Status::with_details_and_metadata(
-            self.kind.code(),
-            self.to_string(),
-            details.into(),
-            metadata,
-        )
+        tonic::Status::with_details_and_metadata(code, message, details.into(), metadata)
+    }
+
+    /// The sigx detail a status carries: packed in a `google.rpc.Status`, or (from sidecars
+    /// before the rich error model) bare.
+    pub fn detail_of(status: &tonic::Status) -> Option<v1::ErrorDetail> {
+        let bytes = status.details();
+        if bytes.is_empty() {
+            return None;
+        }
+        let packed = crate::google::rpc::Status::decode(bytes)
+            .ok()
+            .and_then(|rich| {
+                rich.details
+                    .into_iter()
+                    .find(|any| any.type_url == ERROR_DETAIL_TYPE_URL)
+            })
+            .and_then(|any| v1::ErrorDetail::decode(any.value.as_slice()).ok());
+        packed
+            .or_else(|| v1::ErrorDetail::decode(bytes).ok())
+            .filter(|d| d.kind != v1::ErrorKind::Unspecified as i32)
     }
 
     /// Reads a gRPC status. A status that carries a sigx detail is decoded exactly; any other
@@ -273,10 +304,7 @@ impl ActorError {
     /// `Cancelled` read as `timeout`, and everything else as `outcome-unknown`, because nothing
     /// proves the call did not run.
     pub fn from_status(status: &tonic::Status) -> Self {
-        if !status.details().is_empty()
-            && let Ok(detail) = v1::ErrorDetail::decode(status.details())
-            && detail.kind != v1::ErrorKind::Unspecified as i32
-        {
+        if let Some(detail) = ActorError::detail_of(status) {
             return ActorError::from_detail(&detail);
         }
         let kind = match status.code() {
@@ -313,6 +341,33 @@ mod tests {
             );
             assert_eq!(ActorError::from_status(&status), err);
         }
+    }
+
+    #[test]
+    fn the_details_are_a_google_rpc_status_with_the_detail_packed_as_any() {
+        let err = ActorError::wrong_host("not here").with_owner_hint("host-b");
+        let status = err.to_status();
+        let rich = crate::google::rpc::Status::decode(status.details()).unwrap();
+        assert_eq!(rich.code, status.code() as i32);
+        assert_eq!(rich.message, status.message());
+        assert_eq!(rich.details.len(), 1);
+        assert_eq!(
+            rich.details[0].type_url,
+            "type.googleapis.com/sigx.actors.v1.ErrorDetail"
+        );
+        let detail = v1::ErrorDetail::decode(rich.details[0].value.as_slice()).unwrap();
+        assert_eq!(detail, err.to_detail());
+    }
+
+    #[test]
+    fn the_bare_detail_of_older_sidecars_still_decodes() {
+        let err = ActorError::wrong_host("not here").with_owner_hint("host-b");
+        let status = tonic::Status::with_details(
+            err.kind.code(),
+            err.to_string(),
+            err.to_detail().encode_to_vec().into(),
+        );
+        assert_eq!(ActorError::from_status(&status), err);
     }
 
     #[test]

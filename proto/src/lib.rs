@@ -15,6 +15,16 @@ pub mod v1 {
     tonic::include_proto!("sigx.actors.v1");
 }
 
+/// Package `google.rpc`: the standard rich error model ([`google::rpc::Status`]), vendored in
+/// `proto/google/rpc/status.proto`.
+pub mod google {
+    /// Package `google.rpc`.
+    pub mod rpc {
+        #![allow(clippy::all, missing_docs)]
+        tonic::include_proto!("google.rpc");
+    }
+}
+
 /// The encoded `FileDescriptorSet` of every sigx proto file (with imports and source info).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/sigx_descriptor.bin"));

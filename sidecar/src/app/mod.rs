@@ -4,6 +4,7 @@
 //! Where a call goes is not decided here: the service hands it to a [`Dispatcher`] — the local
 //! runtime on a single host, the routing loop in a cluster.
 
+pub mod authority;
 pub mod deadline;
 
 use crate::runtime::{ActorId, AttachError, Registry, Runtime};
@@ -187,9 +188,12 @@ impl ActorHost for AppService {
             .runtime
             .attach(registry, tx.clone())
             .map_err(|e| match e {
-                AttachError::AlreadyAttached(_) => Status::failed_precondition(e.to_string()),
-                AttachError::Invalid(e) => ActorError::invalid(e.to_string()).into(),
-                e @ AttachError::Undeclared { .. } => ActorError::invalid(e.to_string()).into(),
+                // FAILED_PRECONDITION (the SDKs retry it: the other app may be this one's own
+                // previous incarnation) under the kind whose meaning it is: this host does not
+                // take this app; nothing was registered.
+                e @ AttachError::AlreadyAttached(_) => ActorError::wrong_host(e.to_string()),
+                AttachError::Invalid(e) => ActorError::invalid(e.to_string()),
+                e @ AttachError::Undeclared { .. } => ActorError::invalid(e.to_string()),
             })?;
         let _ = tx.send(Ok(v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Registered(v1::Registered {

@@ -6,7 +6,8 @@
 //! its own active record. No window where the host is routable but nothing listens.
 //!
 //! Stop: readiness fails; status `leaving`; in-flight turns drain; activations get `Deactivate`
-//! turns and are unregistered; the membership record is withdrawn; listeners close last.
+//! turns and are unregistered; the app's Serve stream ends with OK; the membership record is
+//! withdrawn; listeners close last.
 
 mod cluster;
 pub mod late;
@@ -131,6 +132,11 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
     })?;
     Ok(listener)
 }
+
+/// How long a stop waits for the app to close its side of `Serve` after the sidecar ended its
+/// own, so the app reads the clean end before the GOAWAY. An app that keeps its side open only
+/// delays the stop by this much.
+pub const APP_STREAM_END_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// How a stop was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -404,6 +410,22 @@ impl Host {
                 );
             }
         }
+        // The app's Serve stream ends cleanly (OK) once its actors are drained and deactivated,
+        // before any GOAWAY: the app tells a stopping sidecar from a crashed one (UNAVAILABLE),
+        // exactly as when it asked to be drained itself.
+        if let Some(session) = self.runtime.app() {
+            let t = Instant::now();
+            session.end_stream();
+            let seen = tokio::time::timeout(APP_STREAM_END_WAIT, session.closed())
+                .await
+                .is_ok();
+            tracing::info!(
+                step = "app-stream-ended",
+                app_closed = seen,
+                ms = t.elapsed().as_millis() as u64,
+                "the app's Serve stream ended with OK"
+            );
+        }
         if let Some(c) = cluster {
             let t = Instant::now();
             if self.runtime.is_quiet() {
@@ -460,23 +482,31 @@ async fn serve_socket(
         .set_serving::<v1::actor_host_server::ActorHostServer<AppService>>()
         .await;
     // Advertise exactly what this socket serves (the mesh service shares the descriptor set but
-    // is served on the mesh port only).
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(sigx_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .with_service_name("sigx.actors.v1.ActorHost")
-        .with_service_name("grpc.health.v1.Health")
-        .build_v1();
+    // is served on the mesh port only), in both protocol versions: Python's reflection client and
+    // older grpcurl speak v1alpha only.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(sigx_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name("sigx.actors.v1.ActorHost")
+            .with_service_name("grpc.health.v1.Health")
+    };
+    let reflection_v1 = reflection().build_v1();
+    let reflection_v1alpha = reflection().build_v1alpha();
     let svc = v1::actor_host_server::ActorHostServer::new(app)
         .max_decoding_message_size(max_payload + 64 * 1024)
         .max_encoding_message_size(max_payload + 64 * 1024);
     let mut builder = tonic::transport::Server::builder();
     let mut router = builder.add_service(svc).add_service(health_service);
-    match reflection {
-        Ok(reflection) => router = router.add_service(reflection),
-        Err(e) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
+    match (reflection_v1, reflection_v1alpha) {
+        (Ok(v1), Ok(v1alpha)) => router = router.add_service(v1).add_service(v1alpha),
+        (Err(e), _) | (_, Err(e)) => tracing::warn!(error = %e, "gRPC reflection unavailable"),
     }
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Any `:authority` is accepted: on a Unix socket it names nothing (app/authority.rs).
+    let incoming = futures::TryStreamExt::map_ok(
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+        crate::app::authority::AnyAuthority::new,
+    );
     if let Err(e) = router
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

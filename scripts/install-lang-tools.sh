@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Installs what the other-language tests need (`make test-lang`), into the clone only:
+#
+#   install-lang-tools.sh [all|python|node|go ...]      (default all)
+#
+# python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status and
+#   pytest of sdk/python/requirements-test.txt, from PyPI. Re-installed when that file changes.
+# node:   `npm ci` in sdk/typescript (package-lock.json is checked in) from the npm registry.
+# go:     `go mod download` in sdk/go (go.sum is checked in), and protoc-gen-go and
+#   protoc-gen-go-grpc built into .tools/bin, from the Go module proxy. sdk/go/gen.sh runs them
+#   under the protoc inside grpcio-tools (no system protoc), so `go` needs `python` too.
+# A missing toolchain (python3 with venv, node and npm, go) fails loudly: a test that cannot run
+# never passes. Idempotent: a second run with everything in place only reports it.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${ROOT}/.tools/venv-py"
+SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
+SELECTED=("${@:-all}")
+for what in "${SELECTED[@]}"; do
+    case "${what}" in
+        all | python | node | go) ;;
+        *)
+            echo "install-lang-tools: unknown selection '${what}'; use all, python, node or go" >&2
+            exit 2
+            ;;
+    esac
+done
+want() {
+    local what
+    for what in "${SELECTED[@]}"; do
+        [[ "${what}" == all || "${what}" == "$1" ]] && return 0
+    done
+    return 1
+}
+need() {
+    if ! command -v "$1" >/dev/null 2>&1; then
+        echo "install-lang-tools: ERROR: '$1' not found; $2" >&2
+        exit 1
+    fi
+}
+
+if want python; then
+    need "${SYSTEM_PYTHON}" "install Python 3.10+ (with its venv module) to run the Python tests"
+    REQS="${ROOT}/sdk/python/requirements-test.txt"
+    STAMP="${VENV}/.requirements-test.txt"
+    if [[ ! -x "${VENV}/bin/python" ]]; then
+        echo "install-lang-tools: creating ${VENV}"
+        "${SYSTEM_PYTHON}" -m venv "${VENV}"
+    fi
+    if ! cmp -s "${REQS}" "${STAMP}"; then
+        echo "install-lang-tools: pip install -r sdk/python/requirements-test.txt"
+        "${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${REQS}"
+        cp "${REQS}" "${STAMP}"
+    fi
+    echo "install-lang-tools: python $("${VENV}/bin/python" -c 'import grpc, sys; print(sys.version.split()[0], "grpcio", grpc.__version__)')"
+fi
+
+if want node; then
+    need node "install Node.js 18+ to run the Node.js tests"
+    need npm "install npm (it comes with Node.js) to run the Node.js tests"
+    TS="${ROOT}/sdk/typescript"
+    STAMP="${TS}/node_modules/.package-lock.json"
+    if [[ ! -f "${STAMP}" || "${TS}/package-lock.json" -nt "${STAMP}" ]]; then
+        echo "install-lang-tools: npm ci in sdk/typescript"
+        (cd "${TS}" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    echo "install-lang-tools: node $(node --version), @grpc/grpc-js $(cd "${TS}" && node -p 'require("@grpc/grpc-js/package.json").version')"
+fi
+
+if want go; then
+    need go "install Go 1.26+ (what sdk/go/go.mod needs) to run the Go tests"
+    (cd "${ROOT}/sdk/go" && go mod download)
+    # The stub generators (sdk/go/gen.sh; the staleness test runs it), pinned, into .tools/bin.
+    GOBIN="${ROOT}/.tools/bin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+    GOBIN="${ROOT}/.tools/bin" go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+    echo "install-lang-tools: $(go version), modules of sdk/go downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
+fi
