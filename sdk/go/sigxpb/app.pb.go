@@ -478,6 +478,7 @@ type SidecarMessage struct {
 	//
 	//	*SidecarMessage_Registered
 	//	*SidecarMessage_Turn
+	//	*SidecarMessage_Fenced
 	Msg           isSidecarMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -538,6 +539,15 @@ func (x *SidecarMessage) GetTurn() *Turn {
 	return nil
 }
 
+func (x *SidecarMessage) GetFenced() *FenceNotice {
+	if x != nil {
+		if x, ok := x.Msg.(*SidecarMessage_Fenced); ok {
+			return x.Fenced
+		}
+	}
+	return nil
+}
+
 type isSidecarMessage_Msg interface {
 	isSidecarMessage_Msg()
 }
@@ -552,9 +562,67 @@ type SidecarMessage_Turn struct {
 	Turn *Turn `protobuf:"bytes,2,opt,name=turn,proto3,oneof"`
 }
 
+type SidecarMessage_Fenced struct {
+	// This host fenced itself (it can no longer prove its lease): terminal for this sidecar.
+	Fenced *FenceNotice `protobuf:"bytes,3,opt,name=fenced,proto3,oneof"`
+}
+
 func (*SidecarMessage_Registered) isSidecarMessage_Msg() {}
 
 func (*SidecarMessage_Turn) isSidecarMessage_Msg() {}
+
+func (*SidecarMessage_Fenced) isSidecarMessage_Msg() {}
+
+// Sent once, when the host fences. The app must drop every activation at once (no Deactivate
+// turn follows: another host may already hold the actors, and their state must not be written
+// back) and cancel every turn still running, answering each with the not-after answer below
+// (TurnError kind TIMEOUT). The stream stays open so those answers can be delivered; the sidecar
+// sends no more turns and withdraws its membership record only once every turn it handed out
+// has been answered or has passed its `not_after_unix_ms`.
+type FenceNotice struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the host fenced, e.g. "suspect-wall: the wall clock passed the TTL ...".
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FenceNotice) Reset() {
+	*x = FenceNotice{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FenceNotice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FenceNotice) ProtoMessage() {}
+
+func (x *FenceNotice) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
+func (*FenceNotice) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *FenceNotice) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
 
 // Acknowledges `Register`.
 type Registered struct {
@@ -569,7 +637,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +649,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +662,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Registered) GetHostId() string {
@@ -623,8 +691,30 @@ type Turn struct {
 	// a fencing token for external state. Empty for workers.
 	ActivationId string `protobuf:"bytes,3,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
 	// Time left before the caller's deadline, in milliseconds. A result that arrives later is
-	// discarded: the caller has already been answered TIMEOUT.
+	// discarded: the caller has already been answered TIMEOUT. Kept for apps that predate
+	// `not_after_unix_ms`; an app that reads `not_after_unix_ms` should ignore it.
 	TimeoutMs uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The absolute time, in Unix milliseconds on the pod's wall clock (app and sidecar share the
+	// machine), after which the turn must not run: the earlier of the caller's deadline and the
+	// host's lease validity minus its drift margin. Past it, another host may hold the actor.
+	// 0 = not set (an older sidecar): no bound beyond `timeout_ms`.
+	//
+	// What a compliant app does with it (the Rust SDK does all of it):
+	//   - A turn *received* at or after `not_after_unix_ms` is refused without running any code:
+	//     answer TurnError { kind: UNREACHABLE } ("never ran").
+	//   - A turn still running at `not_after_unix_ms` is cancelled: answer TurnError { kind:
+	//     TIMEOUT }, never `ok` (it may have run in part).
+	//
+	// The sidecar never reports either as success: the caller is answered FENCED when the host's
+	// lease has lapsed, else TIMEOUT; neither is retried. Nor does it report `ok` for any answer
+	// that reaches it after its lease lapsed (FENCED).
+	//
+	// What remains the app's responsibility: code that ignores cancellation (a blocking call, a
+	// spawned task, a handler that never reaches an await point) keeps running past
+	// `not_after_unix_ms`, and side effects already sent to external systems are not undone. Guard
+	// external writes with the activation's epoch (the state store's fencing token, issue 13 /
+	// DESIGN.md §11) — the store refuses a stale epoch — or with `activation_id` until then.
+	NotAfterUnixMs int64 `protobuf:"varint,8,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*Turn_Activate
@@ -637,7 +727,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +739,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +752,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -689,6 +779,13 @@ func (x *Turn) GetActivationId() string {
 func (x *Turn) GetTimeoutMs() uint64 {
 	if x != nil {
 		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *Turn) GetNotAfterUnixMs() int64 {
+	if x != nil {
+		return x.NotAfterUnixMs
 	}
 	return 0
 }
@@ -761,7 +858,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +870,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +883,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 // Invokes a method.
@@ -802,7 +899,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +911,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +924,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -854,7 +951,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +963,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +976,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -905,7 +1002,7 @@ type TurnResult struct {
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1014,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1027,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -986,7 +1083,10 @@ func (*TurnResult_Error) isTurnResult_Outcome() {}
 // A failure reported by the app for one turn.
 type TurnError struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// APP (the default when unspecified) or INVALID (e.g. the app does not know the method).
+	// APP (the default when unspecified) or INVALID (e.g. the app does not know the method), or one
+	// of the two not-after answers (see `Turn.not_after_unix_ms`): UNREACHABLE = the turn arrived
+	// past its not-after and never ran; TIMEOUT = it was cancelled at its not-after (or by a
+	// FenceNotice) and may have run in part. Any other kind reads as APP.
 	Kind ErrorKind `protobuf:"varint,1,opt,name=kind,proto3,enum=sigx.actors.v1.ErrorKind" json:"kind,omitempty"`
 	// Passed through to the caller unchanged.
 	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
@@ -996,7 +1096,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1108,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1121,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -1056,7 +1156,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1168,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1181,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -1123,7 +1223,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1235,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1248,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -1170,7 +1270,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1282,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1295,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -1226,7 +1326,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1338,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1351,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -1285,7 +1385,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1397,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1410,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -1356,7 +1456,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1468,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1481,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 // Live activations of one type.
@@ -1395,7 +1495,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1507,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1520,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -1460,7 +1560,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1572,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1585,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -1561,23 +1661,27 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x0eWorkerTypeSpec\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x18\n" +
-	"\amethods\x18\x03 \x03(\tR\amethods\"\x81\x01\n" +
+	"\amethods\x18\x03 \x03(\tR\amethods\"\xb8\x01\n" +
 	"\x0eSidecarMessage\x12<\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\x1a.sigx.actors.v1.RegisteredH\x00R\n" +
 	"registered\x12*\n" +
-	"\x04turn\x18\x02 \x01(\v2\x14.sigx.actors.v1.TurnH\x00R\x04turnB\x05\n" +
-	"\x03msg\"Q\n" +
+	"\x04turn\x18\x02 \x01(\v2\x14.sigx.actors.v1.TurnH\x00R\x04turn\x125\n" +
+	"\x06fenced\x18\x03 \x01(\v2\x1b.sigx.actors.v1.FenceNoticeH\x00R\x06fencedB\x05\n" +
+	"\x03msg\"%\n" +
+	"\vFenceNotice\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"Q\n" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xc3\x02\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xee\x02\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x126\n" +
+	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x12)\n" +
+	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x126\n" +
 	"\bactivate\x18\x05 \x01(\v2\x18.sigx.actors.v1.ActivateH\x00R\bactivate\x120\n" +
 	"\x06invoke\x18\x06 \x01(\v2\x16.sigx.actors.v1.InvokeH\x00R\x06invoke\x12<\n" +
 	"\n" +
@@ -1667,7 +1771,7 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(DeactivateReason)(0),     // 0: sigx.actors.v1.DeactivateReason
 	(MemberStatusFilter)(0),   // 1: sigx.actors.v1.MemberStatusFilter
@@ -1677,66 +1781,68 @@ var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(*ActorTypeSpec)(nil),     // 5: sigx.actors.v1.ActorTypeSpec
 	(*WorkerTypeSpec)(nil),    // 6: sigx.actors.v1.WorkerTypeSpec
 	(*SidecarMessage)(nil),    // 7: sigx.actors.v1.SidecarMessage
-	(*Registered)(nil),        // 8: sigx.actors.v1.Registered
-	(*Turn)(nil),              // 9: sigx.actors.v1.Turn
-	(*Activate)(nil),          // 10: sigx.actors.v1.Activate
-	(*Invoke)(nil),            // 11: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),        // 12: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),        // 13: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),         // 14: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),       // 15: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),      // 16: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),    // 17: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),   // 18: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil), // 19: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),     // 20: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),   // 21: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),    // 22: sigx.actors.v1.StatusResponse
-	nil,                       // 23: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),          // 24: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),            // 25: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),    // 26: sigx.actors.v1.HostDescriptor
+	(*FenceNotice)(nil),       // 8: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),        // 9: sigx.actors.v1.Registered
+	(*Turn)(nil),              // 10: sigx.actors.v1.Turn
+	(*Activate)(nil),          // 11: sigx.actors.v1.Activate
+	(*Invoke)(nil),            // 12: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),        // 13: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),        // 14: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),         // 15: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),       // 16: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),      // 17: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),    // 18: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),   // 19: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil), // 20: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),     // 21: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),   // 22: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),    // 23: sigx.actors.v1.StatusResponse
+	nil,                       // 24: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),          // 25: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),            // 26: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),    // 27: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
 	4,  // 0: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	13, // 1: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	14, // 1: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
 	3,  // 2: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
 	5,  // 3: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
 	6,  // 4: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	8,  // 5: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	9,  // 6: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	24, // 7: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	10, // 8: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	11, // 9: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	12, // 10: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	0,  // 11: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	14, // 12: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	25, // 13: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	24, // 14: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 15: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	26, // 16: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	24, // 17: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	26, // 18: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	21, // 19: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	23, // 20: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	18, // 21: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	2,  // 22: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	15, // 23: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	17, // 24: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	19, // 25: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	17, // 26: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	20, // 27: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	7,  // 28: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	16, // 29: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	18, // 30: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	16, // 31: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	18, // 32: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	22, // 33: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	9,  // 5: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	10, // 6: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	8,  // 7: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	25, // 8: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	11, // 9: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	12, // 10: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	13, // 11: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	0,  // 12: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	15, // 13: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	26, // 14: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	25, // 15: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 16: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	27, // 17: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	25, // 18: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	27, // 19: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	22, // 20: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	24, // 21: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	19, // 22: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	2,  // 23: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	16, // 24: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	18, // 25: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	20, // 26: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	18, // 27: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	21, // 28: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	7,  // 29: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	17, // 30: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	19, // 31: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	17, // 32: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	19, // 33: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	23, // 34: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -1754,13 +1860,14 @@ func file_sigx_actors_v1_app_proto_init() {
 	file_sigx_actors_v1_app_proto_msgTypes[5].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
+		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[7].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[8].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[11].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[12].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -1770,7 +1877,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

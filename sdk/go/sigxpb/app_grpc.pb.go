@@ -39,10 +39,15 @@ const (
 type ActorHostClient interface {
 	// The app's serving stream. First app message must be `register`; the sidecar answers
 	// `registered` (or closes the stream with INVALID naming what was wrong, or FAILED_PRECONDITION
-	// with kind WRONG_HOST when another app is already registered), then pushes `turn`s. The app answers each turn by
-	// `turn_id`, in any order. Closing the stream unregisters the app: its activations are dropped.
+	// with kind WRONG_HOST when another app is already registered), then pushes `turn`s. The app
+	// answers each turn by `turn_id`, in any order. Closing the stream unregisters the app: its activations are dropped.
 	// The sidecar ends the stream with OK after draining the app, whether the app sent `drain` or
 	// the sidecar is stopping (SIGTERM); any other end (UNAVAILABLE, a reset) means it broke.
+	//
+	// Turns are bounded by the host's lease (DESIGN.md §8): every turn carries `not_after_unix_ms`,
+	// and a host that fences sends `fenced`. What the app must do with both is written on `Turn`
+	// and `FenceNotice`; an app that does it never runs a turn of an activation that another host
+	// may already hold.
 	Serve(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[AppMessage, SidecarMessage], error)
 	// Call a method on an actor or worker anywhere in the cluster.
 	Call(ctx context.Context, in *CallRequest, opts ...grpc.CallOption) (*CallResponse, error)
@@ -142,10 +147,15 @@ func (c *actorHostClient) Status(ctx context.Context, in *StatusRequest, opts ..
 type ActorHostServer interface {
 	// The app's serving stream. First app message must be `register`; the sidecar answers
 	// `registered` (or closes the stream with INVALID naming what was wrong, or FAILED_PRECONDITION
-	// with kind WRONG_HOST when another app is already registered), then pushes `turn`s. The app answers each turn by
-	// `turn_id`, in any order. Closing the stream unregisters the app: its activations are dropped.
+	// with kind WRONG_HOST when another app is already registered), then pushes `turn`s. The app
+	// answers each turn by `turn_id`, in any order. Closing the stream unregisters the app: its activations are dropped.
 	// The sidecar ends the stream with OK after draining the app, whether the app sent `drain` or
 	// the sidecar is stopping (SIGTERM); any other end (UNAVAILABLE, a reset) means it broke.
+	//
+	// Turns are bounded by the host's lease (DESIGN.md §8): every turn carries `not_after_unix_ms`,
+	// and a host that fences sends `fenced`. What the app must do with both is written on `Turn`
+	// and `FenceNotice`; an app that does it never runs a turn of an activation that another host
+	// may already hold.
 	Serve(grpc.BidiStreamingServer[AppMessage, SidecarMessage]) error
 	// Call a method on an actor or worker anywhere in the cluster.
 	Call(context.Context, *CallRequest) (*CallResponse, error)
