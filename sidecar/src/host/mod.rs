@@ -410,10 +410,17 @@ impl Host {
                 );
             }
         }
+        // Whether everything handed to the app was answered is judged *before* its stream ends:
+        // an app whose stream ended drops what it still runs, which would make the host look
+        // quiet and withdraw while that app code may still be running.
+        let quiet = self.runtime.is_quiet();
         // The app's Serve stream ends cleanly (OK) once its actors are drained and deactivated,
         // before any GOAWAY: the app tells a stopping sidecar from a crashed one (UNAVAILABLE),
-        // exactly as when it asked to be drained itself.
-        if let Some(session) = self.runtime.app() {
+        // exactly as when it asked to be drained itself. A host that lapses instead tells its
+        // app it is fenced (below), never "stopped cleanly".
+        if (quiet || cluster.is_none())
+            && let Some(session) = self.runtime.app()
+        {
             let t = Instant::now();
             session.end_stream();
             let seen = tokio::time::timeout(APP_STREAM_END_WAIT, session.closed())
@@ -428,7 +435,7 @@ impl Host {
         }
         if let Some(c) = cluster {
             let t = Instant::now();
-            if self.runtime.is_quiet() {
+            if quiet {
                 c.withdraw().await;
                 tracing::info!(
                     step = "withdraw",
@@ -447,9 +454,10 @@ impl Host {
                      over after TTL + margin); raise SIGX_DRAIN_TIMEOUT_MS or make the app \
                      answer its turns sooner");
                 self.late_gate.fence(reason.clone());
-                self.state.set_fenced(reason);
+                self.state.set_fenced(reason.clone());
                 c.membership.abort();
-                self.runtime.drop_all();
+                // The app drops every activation and cancels its turns (the fence notice).
+                self.runtime.fence(&reason);
             }
         }
         let _ = self.listeners_down.send(true);
