@@ -227,3 +227,61 @@ def test_a_fence_cancels_running_turns_and_drops_activations() -> None:
 def test_outcome_unknown_is_not_an_actor_error() -> None:
     assert not issubclass(OutcomeUnknown, sigx.errors.ActorError)
     assert issubclass(OutcomeUnknown, sigx.errors.SigxError)
+
+
+DEACTIVATED: list[tuple[str, int]] = []
+
+
+@sigx.actor("Hooked")
+class Hooked:
+    def __init__(self, ctx: sigx.ActorContext) -> None:
+        self.key = ctx.key
+        self.activated = False
+
+    async def on_activate(self) -> None:
+        self.activated = True
+
+    async def on_deactivate(self, reason: int) -> None:
+        DEACTIVATED.append((self.key, reason))
+
+    @sigx.method
+    async def get(self, payload: bytes) -> bytes:
+        return b"activated" if self.activated else b"not activated"
+
+
+@sigx.worker("Slow", max_concurrency=2)
+class Slow:
+    def __init__(self, ctx: sigx.WorkerContext) -> None:
+        self.inside = 0
+        self.max_inside = 0
+
+    @sigx.method
+    async def work(self, payload: bytes) -> bytes:
+        self.inside += 1
+        self.max_inside = max(self.max_inside, self.inside)
+        await asyncio.sleep(0.05)
+        self.inside -= 1
+        return str(self.max_inside).encode()
+
+
+def test_hooks_workers_dispatch_on_and_watch_members(sidecar: Sidecar) -> None:
+    DEACTIVATED.clear()
+
+    async def main() -> None:
+        app = sigx.App(actors=[Hooked], workers=[Slow], socket=str(sidecar.socket),
+                       handle_signals=False)
+        async with app:
+            host = await app.registered()
+            assert await app.client.call("Hooked", "h", "get") == b"activated"
+            got = await asyncio.gather(*(app.client.call("Slow", "", "work") for _ in range(6)))
+            assert max(int(g) for g in got) == 2, f"more than max_concurrency=2 at once: {got}"
+            assert await app.client.dispatch_on(host, "Slow", "k", "work") in (b"1", b"2")
+            watch = app.client.watch_members(status=sigx.ANY)
+            first = await anext(watch)
+            assert [h.id for h in first.hosts] == [host]
+            await watch.aclose()
+            app.stop()  # drain: the sidecar deactivates through the app, then ends with OK
+            await app.wait()
+        assert DEACTIVATED == [("h", sigx.DEACTIVATE_REASON_SHUTDOWN)]
+
+    run(main())
