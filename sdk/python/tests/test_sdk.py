@@ -285,3 +285,19 @@ def test_hooks_workers_dispatch_on_and_watch_members(sidecar: Sidecar) -> None:
         assert DEACTIVATED == [("h", sigx.DEACTIVATE_REASON_SHUTDOWN)]
 
     run(main())
+
+
+def test_a_connection_lost_mid_call_is_outcome_unknown(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with sigx.App(actors=[Counter], socket=str(sidecar.socket), handle_signals=False,
+                            reconnect=False) as app:
+            await app.registered()
+            async with sigx.Client(str(sidecar.socket)) as client:
+                call = asyncio.create_task(client.call("Counter", "k", "hang", timeout=20))
+                await asyncio.sleep(0.5)
+                sidecar.process.kill()  # the connection dies with the call in flight
+                with pytest.raises(OutcomeUnknown) as e:
+                    await call
+                assert not isinstance(e.value, sigx.errors.ActorError)
+
+    run(main())

@@ -166,6 +166,8 @@ class App:
                 code = await call.code()
                 return False, SessionEnd(False, f"no Registered from the sidecar ({code})")
             self.host_id = first.registered.host_id
+            # A fence is terminal for that sidecar only; a restarted one is a new host.
+            self.dispatcher.fenced = False
             self.sessions += 1
             self._registered.set()
             log.info("registered with %s (session %d)", self.host_id, self.sessions)
@@ -226,6 +228,9 @@ class App:
             finally:
                 stopping.cancel()
                 reading.cancel()
+                if turns and drain_deadline is None:
+                    # The stream is gone: no answer can reach anyone, so stop the handlers now.
+                    self.dispatcher.cancel_running()
                 if turns:
                     await asyncio.wait(turns, timeout=10)
                 out.put_nowait(None)

@@ -66,11 +66,15 @@ class Dispatcher:
         self.activations.clear()
         return n
 
+    def cancel_running(self) -> None:
+        """Cancels every running handler (their session ended: nobody can be answered)."""
+        for task in list(self.running):
+            task.cancel()
+
     def fence(self) -> int:
         """The sidecar fenced: cancel every running handler, drop every activation at once."""
         self.fenced = True
-        for task in list(self.running):
-            task.cancel()
+        self.cancel_running()
         return self.drop_all()
 
     async def handle(self, turn: app_pb2.Turn) -> app_pb2.TurnResult:
