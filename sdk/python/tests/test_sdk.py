@@ -301,3 +301,31 @@ def test_a_connection_lost_mid_call_is_outcome_unknown(sidecar: Sidecar) -> None
                 assert not isinstance(e.value, sigx.errors.ActorError)
 
     run(main())
+
+
+def test_the_counter_example_serves_and_drains_on_sigterm(sidecar: Sidecar) -> None:
+    import os
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[3] / "examples/counter-python/counter.py"
+    env = dict(os.environ, SIGX_SOCKET=str(sidecar.socket))
+    proc = subprocess.Popen([sys.executable, str(example)], env=env)
+    try:
+        async def main() -> None:
+            async with sigx.Client(str(sidecar.socket)) as client:
+                for _ in range(200):
+                    if (await client.status()).app_connected:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await client.call("Counter", "e", "incr", b"5") == b"5"
+                assert await client.call("Counter", "e", "incr") == b"6"
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.to_thread(proc.wait, 30) == 0
+                status = await client.status()
+                assert not status.app_connected and not status.activations, status
+
+        run(main())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
