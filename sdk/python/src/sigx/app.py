@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,8 +50,8 @@ class App:
     def __init__(
         self,
         *,
-        actors: list[type] = (),  # type: ignore[assignment]
-        workers: list[type] = (),  # type: ignore[assignment]
+        actors: Sequence[type] = (),
+        workers: Sequence[type] = (),
         app_name: str = "sigx-python-app",
         socket: str | None = None,
         reconnect: bool = True,
