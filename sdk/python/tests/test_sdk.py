@@ -348,3 +348,32 @@ def test_every_kind_decodes_to_its_own_class() -> None:
         cause=errors_pb2.ErrorDetail(kind=errors_pb2.ERROR_KIND_WRONG_HOST, message="moved")))
     assert isinstance(wrapped, sigx.errors.ActivationError)
     assert isinstance(wrapped.cause, sigx.errors.WrongHost)
+
+
+@sigx.actor("Rendezvous", reentrant=True)
+class Rendezvous:
+    """Two turns that can only both finish if they run at once (reentrant)."""
+
+    def __init__(self, ctx: sigx.ActorContext) -> None:
+        self.arrived = 0
+        self.both = asyncio.Event()
+
+    @sigx.method
+    async def meet(self, payload: bytes) -> bytes:
+        self.arrived += 1
+        if self.arrived == 2:
+            self.both.set()
+        await asyncio.wait_for(self.both.wait(), 5)
+        return b"met"
+
+
+def test_a_reentrant_actor_runs_its_turns_at_once(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with sigx.App(actors=[Rendezvous], socket=str(sidecar.socket),
+                            handle_signals=False) as app:
+            await app.registered()
+            got = await asyncio.gather(*(app.client.call("Rendezvous", "r", "meet", timeout=10)
+                                         for _ in range(2)))
+            assert got == [b"met", b"met"]
+
+    run(main())
