@@ -15,11 +15,12 @@ OUT = Path(__file__).resolve().parents[1] / "src"
 
 
 def generate(out: Path) -> None:
-    """Writes sigx/actors/v1/*_pb2*.py under `out`."""
+    """Writes sigx/actors/v1/*_pb2*.py, and .pyi type stubs for the messages, under `out`."""
     from grpc_tools import protoc
 
     files = sorted(str(p.relative_to(PROTO)) for p in (PROTO / "sigx").rglob("*.proto"))
-    args = ["protoc", f"-I{PROTO}", f"--python_out={out}", f"--grpc_python_out={out}", *files]
+    args = ["protoc", f"-I{PROTO}", f"--python_out={out}", f"--pyi_out={out}",
+            f"--grpc_python_out={out}", *files]
     if protoc.main(args) != 0:
         raise RuntimeError(f"grpc_tools.protoc failed on {files}")
 

@@ -77,8 +77,8 @@ class App:
 
     def registration(self) -> app_pb2.Register:
         return app_pb2.Register(
-            actors=[t.spec() for t in self.types if t.stateful],  # type: ignore[misc]
-            workers=[t.spec() for t in self.types if not t.stateful],  # type: ignore[misc]
+            actors=[t.spec() for t in self.types if t.stateful],
+            workers=[t.spec() for t in self.types if not t.stateful],
             app_name=self.app_name,
         )
 

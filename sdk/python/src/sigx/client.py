@@ -115,7 +115,7 @@ class Client:
             raise from_rpc_error(e, self.socket) from None
         return bytes(response.payload)
 
-    async def members(self, *, status: int = ACTIVE, registers: str = "") -> Members:
+    async def members(self, *, status: app_pb2.MemberStatusFilter = ACTIVE, registers: str = "") -> Members:
         """The current membership view (active hosts by default; `status=sigx.ANY` for all)."""
         try:
             r = await self._stub.Members(
@@ -126,7 +126,7 @@ class Client:
         return Members(r.version, list(r.hosts))
 
     async def watch_members(
-        self, *, status: int = ACTIVE, registers: str = ""
+        self, *, status: app_pb2.MemberStatusFilter = ACTIVE, registers: str = ""
     ) -> AsyncIterator[Members]:
         """The membership view now, then again on every change the sidecar observes."""
         call = self._stub.WatchMembers(app_pb2.MembersRequest(status=status, registers=registers))

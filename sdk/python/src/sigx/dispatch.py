@@ -38,7 +38,7 @@ class _Activation:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-def _error(turn_id: int, kind: int, message: str) -> app_pb2.TurnResult:
+def _error(turn_id: int, kind: errors_pb2.ErrorKind, message: str) -> app_pb2.TurnResult:
     return app_pb2.TurnResult(turn_id=turn_id, error=app_pb2.TurnError(kind=kind, message=message))
 
 
@@ -142,12 +142,13 @@ class Dispatcher:
                 await hook()
             self.activations[ref] = act
             return b""
-        act = self.activations.get(ref)
-        if act is None or act.activation_id != turn.activation_id:
+        found = self.activations.get(ref)
+        if found is None or found.activation_id != turn.activation_id:
             raise _invalid(
                 f"no activation {turn.activation_id!r} of {td.name}/{turn.actor.key} here "
                 "(dropped by a reconnect or a fence); the sidecar will activate it again"
             )
+        act = found
         if kind == "deactivate":
             self.activations.pop(ref, None)
             hook = getattr(act.instance, "on_deactivate", None)

@@ -26,7 +26,7 @@ class SigxError(Exception):
 class ActorError(SigxError):
     """A definite answer from the runtime or the actor: the kind says which."""
 
-    kind: int = errors_pb2.ERROR_KIND_APP
+    kind: errors_pb2.ErrorKind = errors_pb2.ERROR_KIND_APP
     #: The kind's short name, as in the `sigx-error-kind` metadata entry.
     name: str = "app"
 
@@ -111,7 +111,7 @@ class OutcomeUnknown(SigxError):
         return f"{self.name}: {self.message}"
 
 
-BY_KIND: dict[int, type[ActorError]] = {
+BY_KIND: dict[errors_pb2.ErrorKind, type[ActorError]] = {
     c.kind: c
     for c in (
         Fenced,
