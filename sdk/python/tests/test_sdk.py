@@ -377,3 +377,31 @@ def test_a_reentrant_actor_runs_its_turns_at_once(sidecar: Sidecar) -> None:
             assert got == [b"met", b"met"]
 
     run(main())
+
+
+def test_the_registration_carries_every_declared_option() -> None:
+    @sigx.actor("Idle", reentrant=True, idle_timeout=1.5)
+    class Idle:
+        def __init__(self, ctx: sigx.ActorContext) -> None: ...
+
+        @sigx.method(name="Get")
+        async def get(self, payload: bytes) -> bytes:
+            return b""
+
+    async def main() -> None:
+        app = sigx.App(actors=[Idle, Counter], workers=[Slow], socket="/nonexistent",
+                       handle_signals=False)
+        reg = app.registration()
+        idle = next(a for a in reg.actors if a.name == "Idle")
+        assert (idle.reentrant, idle.idle_timeout_ms, list(idle.methods)) == (True, 1500, ["Get"])
+        counter = next(a for a in reg.actors if a.name == "Counter")
+        assert list(counter.methods) == ["bad", "fail", "hang", "incr", "overlap"]
+        assert [(w.name, w.max_concurrency, list(w.methods)) for w in reg.workers] == [
+            ("Slow", 2, ["work"])
+        ]
+        with pytest.raises(sigx.errors.ServeError, match="unique"):
+            sigx.App(actors=[Counter, Counter], socket="/nonexistent")
+        with pytest.raises(TypeError, match="not declared"):
+            sigx.App(actors=[int], socket="/nonexistent")
+
+    run(main())
