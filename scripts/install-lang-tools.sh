@@ -3,8 +3,9 @@
 #
 #   install-lang-tools.sh [all|python|node|go ...]      (default all)
 #
-# python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status and
-#   pytest of sdk/python/requirements-test.txt, from PyPI. Re-installed when that file changes.
+# python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status, pytest and
+#   setuptools of sdk/python/requirements-test.txt, from PyPI (re-installed when that file
+#   changes), and the sigx SDK of sdk/python installed editable into it.
 # node:   `npm ci` in sdk/typescript (package-lock.json is checked in) from the npm registry.
 # go:     `go mod download` in sdk/go (go.sum is checked in), and protoc-gen-go and
 #   protoc-gen-go-grpc built into .tools/bin, from the Go module proxy. sdk/go/gen.sh runs them
@@ -52,6 +53,13 @@ if want python; then
         echo "install-lang-tools: pip install -r sdk/python/requirements-test.txt"
         "${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check -r "${REQS}"
         cp "${REQS}" "${STAMP}"
+    fi
+    # The sigx SDK itself, editable (its code is the checkout's), built with the pinned setuptools
+    # already in the venv; its dependencies are the pins above.
+    if ! "${VENV}/bin/python" -c 'import sigx.app' >/dev/null 2>&1; then
+        echo "install-lang-tools: pip install -e sdk/python"
+        "${VENV}/bin/python" -m pip install --quiet --disable-pip-version-check \
+            --no-build-isolation --no-deps -e "${ROOT}/sdk/python"
     fi
     echo "install-lang-tools: python $("${VENV}/bin/python" -c 'import grpc, sys; print(sys.version.split()[0], "grpcio", grpc.__version__)')"
 fi

@@ -1,0 +1,32 @@
+"""sigx: virtual actors for Python (asyncio, grpc.aio). See sdk/python/README.md."""
+
+from sigx import errors
+from sigx.actors.v1.app_pb2 import (
+    DEACTIVATE_REASON_IDLE,
+    DEACTIVATE_REASON_SHUTDOWN,
+    DEACTIVATE_REASON_UNSPECIFIED,
+)
+from sigx.app import App, SessionEnd
+from sigx.client import ACTIVE, ANY, Client, Members
+from sigx.context import ActorContext, TurnInfo, WorkerContext, current_turn
+from sigx.registry import actor, method, worker
+
+__all__ = [
+    "ACTIVE",
+    "ANY",
+    "DEACTIVATE_REASON_IDLE",
+    "DEACTIVATE_REASON_SHUTDOWN",
+    "DEACTIVATE_REASON_UNSPECIFIED",
+    "ActorContext",
+    "App",
+    "Client",
+    "Members",
+    "SessionEnd",
+    "TurnInfo",
+    "WorkerContext",
+    "actor",
+    "current_turn",
+    "errors",
+    "method",
+    "worker",
+]

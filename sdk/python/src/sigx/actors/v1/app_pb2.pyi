@@ -1,0 +1,237 @@
+from sigx.actors.v1 import errors_pb2 as _errors_pb2
+from sigx.actors.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeactivateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEACTIVATE_REASON_UNSPECIFIED: _ClassVar[DeactivateReason]
+    DEACTIVATE_REASON_IDLE: _ClassVar[DeactivateReason]
+    DEACTIVATE_REASON_SHUTDOWN: _ClassVar[DeactivateReason]
+
+class MemberStatusFilter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MEMBER_STATUS_FILTER_ACTIVE: _ClassVar[MemberStatusFilter]
+    MEMBER_STATUS_FILTER_ANY: _ClassVar[MemberStatusFilter]
+DEACTIVATE_REASON_UNSPECIFIED: DeactivateReason
+DEACTIVATE_REASON_IDLE: DeactivateReason
+DEACTIVATE_REASON_SHUTDOWN: DeactivateReason
+MEMBER_STATUS_FILTER_ACTIVE: MemberStatusFilter
+MEMBER_STATUS_FILTER_ANY: MemberStatusFilter
+
+class AppMessage(_message.Message):
+    __slots__ = ("register", "result", "drain")
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    register: Register
+    result: TurnResult
+    drain: Drain
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., result: _Optional[_Union[TurnResult, _Mapping]] = ..., drain: _Optional[_Union[Drain, _Mapping]] = ...) -> None: ...
+
+class Drain(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Register(_message.Message):
+    __slots__ = ("actors", "workers", "app_name")
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    APP_NAME_FIELD_NUMBER: _ClassVar[int]
+    actors: _containers.RepeatedCompositeFieldContainer[ActorTypeSpec]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerTypeSpec]
+    app_name: str
+    def __init__(self, actors: _Optional[_Iterable[_Union[ActorTypeSpec, _Mapping]]] = ..., workers: _Optional[_Iterable[_Union[WorkerTypeSpec, _Mapping]]] = ..., app_name: _Optional[str] = ...) -> None: ...
+
+class ActorTypeSpec(_message.Message):
+    __slots__ = ("name", "reentrant", "idle_timeout_ms", "methods")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REENTRANT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reentrant: bool
+    idle_timeout_ms: int
+    methods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., reentrant: _Optional[bool] = ..., idle_timeout_ms: _Optional[int] = ..., methods: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WorkerTypeSpec(_message.Message):
+    __slots__ = ("name", "max_concurrency", "methods")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    METHODS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_concurrency: int
+    methods: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., max_concurrency: _Optional[int] = ..., methods: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SidecarMessage(_message.Message):
+    __slots__ = ("registered", "turn", "fenced")
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    TURN_FIELD_NUMBER: _ClassVar[int]
+    FENCED_FIELD_NUMBER: _ClassVar[int]
+    registered: Registered
+    turn: Turn
+    fenced: FenceNotice
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., turn: _Optional[_Union[Turn, _Mapping]] = ..., fenced: _Optional[_Union[FenceNotice, _Mapping]] = ...) -> None: ...
+
+class FenceNotice(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("host_id", "max_payload_bytes")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    max_payload_bytes: int
+    def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
+
+class Turn(_message.Message):
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "activate", "invoke", "deactivate")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATE_FIELD_NUMBER: _ClassVar[int]
+    INVOKE_FIELD_NUMBER: _ClassVar[int]
+    DEACTIVATE_FIELD_NUMBER: _ClassVar[int]
+    turn_id: int
+    actor: _types_pb2.ActorRef
+    activation_id: str
+    timeout_ms: int
+    not_after_unix_ms: int
+    activate: Activate
+    invoke: Invoke
+    deactivate: Deactivate
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ...) -> None: ...
+
+class Activate(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Invoke(_message.Message):
+    __slots__ = ("method", "payload")
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    method: str
+    payload: bytes
+    def __init__(self, method: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class Deactivate(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: DeactivateReason
+    def __init__(self, reason: _Optional[_Union[DeactivateReason, str]] = ...) -> None: ...
+
+class TurnResult(_message.Message):
+    __slots__ = ("turn_id", "ok", "error")
+    TURN_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    turn_id: int
+    ok: bytes
+    error: TurnError
+    def __init__(self, turn_id: _Optional[int] = ..., ok: _Optional[bytes] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ...) -> None: ...
+
+class TurnError(_message.Message):
+    __slots__ = ("kind", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: _errors_pb2.ErrorKind
+    message: str
+    def __init__(self, kind: _Optional[_Union[_errors_pb2.ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
+
+class CallRequest(_message.Message):
+    __slots__ = ("actor", "method", "payload", "timeout_ms")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    method: str
+    payload: bytes
+    timeout_ms: int
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class CallResponse(_message.Message):
+    __slots__ = ("payload",)
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    def __init__(self, payload: _Optional[bytes] = ...) -> None: ...
+
+class MembersRequest(_message.Message):
+    __slots__ = ("status", "registers")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REGISTERS_FIELD_NUMBER: _ClassVar[int]
+    status: MemberStatusFilter
+    registers: str
+    def __init__(self, status: _Optional[_Union[MemberStatusFilter, str]] = ..., registers: _Optional[str] = ...) -> None: ...
+
+class MembersResponse(_message.Message):
+    __slots__ = ("version", "hosts")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    hosts: _containers.RepeatedCompositeFieldContainer[_types_pb2.HostDescriptor]
+    def __init__(self, version: _Optional[int] = ..., hosts: _Optional[_Iterable[_Union[_types_pb2.HostDescriptor, _Mapping]]] = ...) -> None: ...
+
+class DispatchOnRequest(_message.Message):
+    __slots__ = ("host_id", "worker", "method", "payload", "timeout_ms")
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    host_id: str
+    worker: _types_pb2.ActorRef
+    method: str
+    payload: bytes
+    timeout_ms: int
+    def __init__(self, host_id: _Optional[str] = ..., worker: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TypeActivations(_message.Message):
+    __slots__ = ("actor_type", "activations")
+    ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
+    actor_type: str
+    activations: int
+    def __init__(self, actor_type: _Optional[str] = ..., activations: _Optional[int] = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("host", "state", "fence_reason", "app_connected", "activations", "counters", "view")
+    class CountersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_REASON_FIELD_NUMBER: _ClassVar[int]
+    APP_CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_FIELD_NUMBER: _ClassVar[int]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    host: _types_pb2.HostDescriptor
+    state: str
+    fence_reason: str
+    app_connected: bool
+    activations: _containers.RepeatedCompositeFieldContainer[TypeActivations]
+    counters: _containers.ScalarMap[str, int]
+    view: MembersResponse
+    def __init__(self, host: _Optional[_Union[_types_pb2.HostDescriptor, _Mapping]] = ..., state: _Optional[str] = ..., fence_reason: _Optional[str] = ..., app_connected: _Optional[bool] = ..., activations: _Optional[_Iterable[_Union[TypeActivations, _Mapping]]] = ..., counters: _Optional[_Mapping[str, int]] = ..., view: _Optional[_Union[MembersResponse, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,146 @@
+"""Calling actors and workers, and reading membership, through the local sidecar (grpc.aio)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import grpc
+import grpc.aio
+
+from sigx.actors.v1 import app_pb2, app_pb2_grpc, types_pb2
+from sigx.errors import from_rpc_error
+
+#: Where the sidecar listens when SIGX_SOCKET is unset (the same default as the sidecar's).
+DEFAULT_SOCKET = "/var/run/sigx/sidecar.sock"
+SOCKET_ENV = "SIGX_SOCKET"
+#: The gRPC deadline runs this much past the call's own: the sidecar answers TIMEOUT itself, and
+#: the transport deadline is only a backstop for a sidecar that never answers.
+TRANSPORT_SLACK_S = 2.0
+
+ANY = app_pb2.MEMBER_STATUS_FILTER_ANY
+ACTIVE = app_pb2.MEMBER_STATUS_FILTER_ACTIVE
+
+
+def socket_from_env() -> str:
+    """$SIGX_SOCKET, or DEFAULT_SOCKET when it is unset or empty."""
+    return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def channel_for(socket: str) -> grpc.aio.Channel:
+    """A grpc.aio channel on the sidecar's Unix socket, default options."""
+    return grpc.aio.insecure_channel(f"unix://{socket}")
+
+
+@dataclass(frozen=True)
+class Members:
+    """One membership view: a per-sidecar change token and the matching hosts."""
+
+    version: int
+    hosts: list[types_pb2.HostDescriptor]
+
+
+class Client:
+    """Calls on the sidecar at `socket` (default $SIGX_SOCKET). Every failure raises a subclass of
+    `sigx.errors.ActorError`, or `sigx.errors.OutcomeUnknown` when the call may have run."""
+
+    def __init__(self, socket: str | None = None, *, timeout: float | None = None) -> None:
+        self.socket = socket or socket_from_env()
+        self.timeout = timeout
+        self._channel = channel_for(self.socket)
+        self._stub = app_pb2_grpc.ActorHostStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _deadline(self, timeout: float | None) -> tuple[int, float | None]:
+        t = self.timeout if timeout is None else timeout
+        if t is None:
+            return 0, None
+        return max(1, int(t * 1000)), t + TRANSPORT_SLACK_S
+
+    async def call(
+        self,
+        actor_type: str,
+        key: str,
+        method: str,
+        payload: bytes = b"",
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Calls `method` on the actor (or worker) `actor_type`/`key`, anywhere in the cluster.
+        `timeout` (seconds) bounds the whole call; unset = the sidecar's default (30 s)."""
+        timeout_ms, grpc_timeout = self._deadline(timeout)
+        request = app_pb2.CallRequest(
+            actor=types_pb2.ActorRef(actor_type=actor_type, key=key),
+            method=method,
+            payload=payload,
+            timeout_ms=timeout_ms,
+        )
+        try:
+            response = await self._stub.Call(request, timeout=grpc_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        return bytes(response.payload)
+
+    async def dispatch_on(
+        self,
+        host_id: str,
+        worker_type: str,
+        key: str,
+        method: str,
+        payload: bytes = b"",
+        *,
+        timeout: float | None = None,
+    ) -> bytes:
+        """One attempt at a worker method on the chosen host: no retries, no re-placement."""
+        timeout_ms, grpc_timeout = self._deadline(timeout)
+        request = app_pb2.DispatchOnRequest(
+            host_id=host_id,
+            worker=types_pb2.ActorRef(actor_type=worker_type, key=key),
+            method=method,
+            payload=payload,
+            timeout_ms=timeout_ms,
+        )
+        try:
+            response = await self._stub.DispatchOn(request, timeout=grpc_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        return bytes(response.payload)
+
+    async def members(self, *, status: app_pb2.MemberStatusFilter = ACTIVE, registers: str = "") -> Members:
+        """The current membership view (active hosts by default; `status=sigx.ANY` for all)."""
+        try:
+            r = await self._stub.Members(
+                app_pb2.MembersRequest(status=status, registers=registers), timeout=10
+            )
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        return Members(r.version, list(r.hosts))
+
+    async def watch_members(
+        self, *, status: app_pb2.MemberStatusFilter = ACTIVE, registers: str = ""
+    ) -> AsyncIterator[Members]:
+        """The membership view now, then again on every change the sidecar observes."""
+        call = self._stub.WatchMembers(app_pb2.MembersRequest(status=status, registers=registers))
+        try:
+            async for r in call:
+                yield Members(r.version, list(r.hosts))
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        finally:
+            call.cancel()
+
+    async def status(self) -> app_pb2.StatusResponse:
+        """This sidecar's identity, state, activations and counters."""
+        try:
+            return await self._stub.Status(app_pb2.StatusRequest(), timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None

@@ -1,0 +1,180 @@
+"""Running turns: activations, the turn-based guarantee, worker concurrency, the lease bound.
+
+A turn read at or after its `not_after_unix_ms` is refused without running any code
+(TurnError UNREACHABLE: it never ran). A handler still running at not-after, or when the sidecar
+fences, gets `asyncio.CancelledError` and the turn is answered TIMEOUT (it may have run in part).
+The clock is injectable so that both can be tested without waiting for a lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sigx.actors.v1 import app_pb2, errors_pb2
+from sigx.client import Client
+from sigx.context import ActorContext, TurnInfo, WorkerContext, _current
+from sigx.errors import ActorError
+from sigx.registry import TypeDef
+
+log = logging.getLogger("sigx")
+
+#: Unix milliseconds now. Injectable: the not-after logic reads nothing else.
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class _Activation:
+    activation_id: str
+    instance: Any
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+def _error(turn_id: int, kind: errors_pb2.ErrorKind, message: str) -> app_pb2.TurnResult:
+    return app_pb2.TurnResult(turn_id=turn_id, error=app_pb2.TurnError(kind=kind, message=message))
+
+
+class Dispatcher:
+    """Answers turns for the registered types. One per App; activations survive only as long as
+    the Serve session that made them (`drop_all` on reconnect, `fence` on a FenceNotice)."""
+
+    def __init__(self, types: list[TypeDef], client: Client, clock: Clock = wall_clock_ms) -> None:
+        self.types = {t.name: t for t in types}
+        self.client = client
+        self.clock = clock
+        self.activations: dict[tuple[str, str], _Activation] = {}
+        self.workers: dict[str, Any] = {}
+        self.semaphores = {
+            t.name: asyncio.Semaphore(t.max_concurrency or 16)
+            for t in types
+            if not t.stateful
+        }
+        self.running: set[asyncio.Task[Any]] = set()
+        self.fenced = False
+
+    def drop_all(self) -> int:
+        """Forgets every activation without running deactivation hooks (the session is gone)."""
+        n = len(self.activations)
+        self.activations.clear()
+        return n
+
+    def cancel_running(self) -> None:
+        """Cancels every running handler (their session ended: nobody can be answered)."""
+        for task in list(self.running):
+            task.cancel()
+
+    def fence(self) -> int:
+        """The sidecar fenced: cancel every running handler, drop every activation at once."""
+        self.fenced = True
+        self.cancel_running()
+        return self.drop_all()
+
+    async def handle(self, turn: app_pb2.Turn) -> app_pb2.TurnResult:
+        turn_id = turn.turn_id
+        now = self.clock()
+        not_after = turn.not_after_unix_ms
+        if not_after <= 0 and turn.timeout_ms > 0:
+            not_after = now + turn.timeout_ms
+        if self.fenced:
+            return _error(turn_id, errors_pb2.ERROR_KIND_UNREACHABLE,
+                          "the sidecar fenced; this turn was not run")
+        if not_after > 0 and now >= not_after:
+            return _error(
+                turn_id,
+                errors_pb2.ERROR_KIND_UNREACHABLE,
+                f"the turn arrived {now - not_after} ms past its not-after; it was not run",
+            )
+        info = TurnInfo(turn_id, turn.actor.actor_type, turn.actor.key, turn.activation_id,
+                        not_after)
+        task = asyncio.create_task(self._run(turn, info))
+        self.running.add(task)
+        try:
+            timeout = None if not_after <= 0 else max(0.0, (not_after - self.clock()) / 1000)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+            if not done:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                return _error(turn_id, errors_pb2.ERROR_KIND_TIMEOUT,
+                              "the handler was cancelled at the turn's not-after; it may have run in part")
+            if task.cancelled():
+                return _error(turn_id, errors_pb2.ERROR_KIND_TIMEOUT,
+                              "the handler was cancelled because the sidecar fenced; it may have run in part")
+            try:
+                payload = task.result()
+            except ActorError as e:
+                return _error(turn_id, e.kind, e.message)
+            except Exception as e:  # the actor's own failure, passed to the caller
+                log.debug("handler failed", exc_info=True)
+                return _error(turn_id, errors_pb2.ERROR_KIND_APP, f"{type(e).__name__}: {e}")
+            return app_pb2.TurnResult(turn_id=turn_id, ok=payload)
+        finally:
+            self.running.discard(task)
+
+    async def _run(self, turn: app_pb2.Turn, info: TurnInfo) -> bytes:
+        _current.set(info)
+        td = self.types.get(turn.actor.actor_type)
+        if td is None:
+            raise _invalid(f"this app registers no type {turn.actor.actor_type!r}")
+        kind = turn.WhichOneof("kind")
+        if not td.stateful:
+            if kind != "invoke":
+                return b""
+            instance = self.workers.get(td.name)
+            if instance is None:
+                instance = td.cls(WorkerContext(td.name, self.client))
+                self.workers[td.name] = instance
+            async with self.semaphores[td.name]:
+                return await _invoke(td, instance, turn.invoke)
+        ref = (td.name, turn.actor.key)
+        if kind == "activate":
+            ctx = ActorContext(td.name, turn.actor.key, turn.activation_id, self.client)
+            act = _Activation(turn.activation_id, td.cls(ctx))
+            hook = getattr(act.instance, "on_activate", None)
+            if hook is not None:
+                await hook()
+            self.activations[ref] = act
+            return b""
+        found = self.activations.get(ref)
+        if found is None or found.activation_id != turn.activation_id:
+            raise _invalid(
+                f"no activation {turn.activation_id!r} of {td.name}/{turn.actor.key} here "
+                "(dropped by a reconnect or a fence); the sidecar will activate it again"
+            )
+        act = found
+        if kind == "deactivate":
+            self.activations.pop(ref, None)
+            hook = getattr(act.instance, "on_deactivate", None)
+            if hook is not None:
+                await hook(turn.deactivate.reason)
+            return b""
+        if td.reentrant:
+            return await _invoke(td, act.instance, turn.invoke)
+        # The sidecar already sends one turn at a time; the lock keeps it so even if it did not.
+        async with act.lock:
+            return await _invoke(td, act.instance, turn.invoke)
+
+
+def _invalid(message: str) -> ActorError:
+    from sigx.errors import InvalidError
+
+    return InvalidError(message)
+
+
+async def _invoke(td: TypeDef, instance: Any, invoke: app_pb2.Invoke) -> bytes:
+    attr = td.methods.get(invoke.method)
+    if attr is None:
+        raise _invalid(f"{td.name} has no method {invoke.method!r}; it has {sorted(td.methods)}")
+    out = await getattr(instance, attr)(bytes(invoke.payload))
+    if out is None:
+        return b""
+    if isinstance(out, str):
+        return out.encode()
+    return bytes(out)
