@@ -144,7 +144,7 @@ func (s *session) run(ctx context.Context, n int, report func(State)) (bool, err
 	if err != nil {
 		return false, decodeErr(streamCtx, s.client.socket, err)
 	}
-	s.stream = stream
+	s.out = stream.Send
 	if err := stream.Send(&pb.AppMessage{Msg: &pb.AppMessage_Register{Register: s.app.register()}}); err != nil {
 		return false, decodeErr(streamCtx, s.client.socket, err)
 	}

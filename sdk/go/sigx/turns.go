@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-
 	pb "example.invalid/sigx/sdk/go/sigxpb"
 )
 
@@ -35,7 +33,8 @@ type session struct {
 	opts   ServeOptions
 	log    *slog.Logger
 	base   context.Context
-	stream grpc.BidiStreamingClient[pb.AppMessage, pb.SidecarMessage]
+	// out sends on the Serve stream (a func so unit tests can capture the answers).
+	out func(*pb.AppMessage) error
 
 	sendMu sync.Mutex
 
@@ -49,7 +48,7 @@ func (s *session) send(m *pb.AppMessage) {
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	// A failed send means the stream broke: the receive side reports it.
-	_ = s.stream.Send(m)
+	_ = s.out(m)
 }
 
 func (s *session) answer(id uint64, out []byte, terr *pb.TurnError) {
