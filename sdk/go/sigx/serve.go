@@ -121,7 +121,11 @@ func (a *App) Run(ctx context.Context, c *Client, opts ServeOptions) error {
 			sessions++
 			delay = 100 * time.Millisecond
 		}
-		log.Info("sigx: reconnecting to the sidecar", "after", delay, "why", err)
+		if registered {
+			log.Info("sigx: reconnecting to the sidecar", "after", delay, "why", err)
+		} else {
+			log.Debug("sigx: the sidecar is not there yet; retrying", "after", delay, "why", err)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
