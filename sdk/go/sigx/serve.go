@@ -115,6 +115,7 @@ func (a *App) Run(ctx context.Context, c *Client, opts ServeOptions) error {
 			return err
 		}
 		if ctx.Err() != nil {
+			log.Info("sigx: stopped", "why", err)
 			return nil
 		}
 		if registered {
@@ -206,10 +207,11 @@ func (s *session) run(ctx context.Context, n int, report func(State)) (bool, err
 			return true, fmt.Errorf("the sidecar did not end the stream within %s of Drain", s.opts.DrainTimeout)
 		case err := <-ended:
 			if errors.Is(err, io.EOF) {
-				if ctx.Err() == nil {
-					s.log.Info("sigx: the sidecar is stopping")
-					report(State{Phase: PhaseSidecarStopping, HostID: hostID, Session: n})
+				if ctx.Err() != nil {
+					return true, errors.New("drained: the sidecar ended the stream after Drain")
 				}
+				s.log.Info("sigx: the sidecar is stopping")
+				report(State{Phase: PhaseSidecarStopping, HostID: hostID, Session: n})
 				return true, errStreamEnded
 			}
 			s.log.Warn("sigx: the Serve stream broke", "err", err)
