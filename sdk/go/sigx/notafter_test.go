@@ -164,3 +164,34 @@ func TestTheFenceNoticeCancelsRunningTurnsAndDropsActivationsWithoutDeactivating
 	default:
 	}
 }
+
+func TestWorkerTurnsRunAtMostMaxConcurrencyAtOnce(t *testing.T) {
+	s, _, _, results := newTestSession(t)
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	s.app.RegisterWorker("W", HandlerFunc(func(ctx context.Context, _ string, _ []byte) ([]byte, error) {
+		entered <- struct{}{}
+		<-release
+		return nil, nil
+	}), WorkerOptions{MaxConcurrency: 2})
+	for id := uint64(1); id <= 5; id++ {
+		s.start(&pb.Turn{TurnId: id, Actor: &pb.ActorRef{ActorType: "W"}, Kind: &pb.Turn_Invoke{Invoke: &pb.Invoke{Method: "m"}}})
+	}
+	<-entered
+	<-entered
+	select {
+	case <-entered:
+		t.Fatal("a third worker turn ran while two held both slots")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	for range 5 {
+		select {
+		case r := <-results:
+			if r.GetError() != nil {
+				t.Fatalf("worker turn: %v", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("not every worker turn was answered")
+		}
+	}
+}
