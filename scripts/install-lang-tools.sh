@@ -79,8 +79,10 @@ fi
 if want go; then
     need go "install Go 1.26+ (what sdk/go/go.mod needs) to run the Go tests"
     (cd "${ROOT}/sdk/go" && go mod download)
+    # The Go counter example (its build is part of the SDK tests) pins the same modules.
+    (cd "${ROOT}/examples/counter-go" && go mod download)
     # The stub generators (sdk/go/gen.sh; the staleness test runs it), pinned, into .tools/bin.
     GOBIN="${ROOT}/.tools/bin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
     GOBIN="${ROOT}/.tools/bin" go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-    echo "install-lang-tools: $(go version), modules of sdk/go downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
+    echo "install-lang-tools: $(go version), modules of sdk/go and examples/counter-go downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
 fi

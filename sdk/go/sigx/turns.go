@@ -1,0 +1,238 @@
+package sigx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	pb "example.invalid/sigx/sdk/go/sigxpb"
+)
+
+// Why a running turn's ctx was cancelled. The first two are answered TIMEOUT at once (the turn
+// may have run in part); the third needs no answer (the stream is gone).
+var (
+	errNotAfter   = errors.New("sigx: the turn reached its not-after (the caller's deadline or the host's lease)")
+	errFenced     = errors.New("sigx: the host fenced")
+	errStreamGone = errors.New("sigx: the Serve stream ended")
+)
+
+// activation is one live actor; sem (capacity 1) serialises its turns unless reentrant. The
+// sidecar already sends one turn at a time; the SDK must not break that, and keeps it so even
+// for a turn whose predecessor was answered TIMEOUT while its handler still runs.
+type activation struct {
+	actor Actor
+	sem   chan struct{}
+}
+
+type session struct {
+	app    *App
+	client *Client
+	opts   ServeOptions
+	log    *slog.Logger
+	base   context.Context
+	// out sends on the Serve stream (a func so unit tests can capture the answers).
+	out func(*pb.AppMessage) error
+
+	sendMu sync.Mutex
+
+	mu          sync.Mutex
+	fenced      bool
+	activations map[string]*activation
+	running     map[uint64]context.CancelCauseFunc
+}
+
+func (s *session) send(m *pb.AppMessage) {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	// A failed send means the stream broke: the receive side reports it.
+	_ = s.out(m)
+}
+
+func (s *session) answer(id uint64, out []byte, terr *pb.TurnError) {
+	r := &pb.TurnResult{TurnId: id}
+	if terr != nil {
+		r.Outcome = &pb.TurnResult_Error{Error: terr}
+	} else {
+		r.Outcome = &pb.TurnResult_Ok{Ok: out}
+	}
+	s.send(&pb.AppMessage{Msg: &pb.AppMessage_Result{Result: r}})
+}
+
+// fence cancels every running turn (each is answered TIMEOUT) and drops every activation
+// without running Deactivate: another host may already hold the actors.
+func (s *session) fence() {
+	s.mu.Lock()
+	s.fenced = true
+	s.mu.Unlock()
+	s.dropAll(errFenced)
+}
+
+func (s *session) dropAll(cause error) {
+	s.mu.Lock()
+	running := s.running
+	s.running, s.activations = nil, nil
+	s.mu.Unlock()
+	for _, cancel := range running {
+		cancel(cause)
+	}
+}
+
+// start runs one turn in its own goroutine, bounded by its not-after.
+func (s *session) start(t *pb.Turn) {
+	id := t.GetTurnId()
+	now := s.opts.Clock.Now()
+	na := t.GetNotAfterUnixMs()
+	s.mu.Lock()
+	fenced := s.fenced
+	s.mu.Unlock()
+	if fenced {
+		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE,
+			Message: "the host fenced before this turn was read; it never ran"})
+		return
+	}
+	if na != 0 && now.UnixMilli() >= na {
+		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE, Message: fmt.Sprintf(
+			"the turn was read %d ms past its not-after; it never ran", now.UnixMilli()-na)})
+		return
+	}
+	info := TurnInfo{Actor: ActorRef{Type: t.GetActor().GetActorType(), Key: t.GetActor().GetKey()},
+		ActivationID: t.GetActivationId()}
+	if na != 0 {
+		info.NotAfter = time.UnixMilli(na)
+	}
+	ctx, cancel := context.WithCancelCause(context.WithValue(s.base, turnKey{}, info))
+	var once sync.Once
+	reply := func(out []byte, terr *pb.TurnError) { once.Do(func() { s.answer(id, out, terr) }) }
+	// Cancelled at not-after or by the fence: answered TIMEOUT at once, whatever the handler
+	// does later (a handler that ignores ctx keeps running, but its answer is discarded).
+	context.AfterFunc(ctx, func() {
+		switch c := context.Cause(ctx); c {
+		case errNotAfter, errFenced:
+			reply(nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_TIMEOUT,
+				Message: c.Error() + "; the turn was cancelled and may have run in part"})
+		}
+	})
+	stop := func() bool { return false }
+	if na != 0 {
+		stop = s.opts.Clock.AfterFunc(time.UnixMilli(na).Sub(now), func() { cancel(errNotAfter) })
+	}
+	s.mu.Lock()
+	if s.running == nil {
+		s.running = map[uint64]context.CancelCauseFunc{}
+	}
+	s.running[id] = cancel
+	s.mu.Unlock()
+	go func() {
+		defer func() {
+			stop()
+			s.mu.Lock()
+			delete(s.running, id)
+			s.mu.Unlock()
+			cancel(nil)
+		}()
+		out, err := s.dispatch(ctx, t)
+		if ctx.Err() != nil {
+			return // answered by the AfterFunc above, or the stream is gone
+		}
+		if na != 0 && s.opts.Clock.Now().UnixMilli() >= na {
+			cancel(errNotAfter) // finished past not-after: never ok
+			return
+		}
+		if err != nil {
+			reply(nil, toTurnError(err))
+		} else {
+			reply(out, nil)
+		}
+	}()
+}
+
+func invalid(format string, args ...any) error {
+	return &ActorError{Kind: KindInvalid, Message: fmt.Sprintf(format, args...)}
+}
+
+// dispatch runs one turn to its worker or actor.
+func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
+	typ := t.GetActor().GetActorType()
+	if w, ok := s.app.workers[typ]; ok {
+		inv := t.GetInvoke()
+		if inv == nil {
+			return nil, nil // workers have no lifecycle
+		}
+		select {
+		case w.slots <- struct{}{}:
+			defer func() { <-w.slots }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return w.worker.Invoke(ctx, inv.GetMethod(), inv.GetPayload())
+	}
+	at, ok := s.app.actors[typ]
+	if !ok {
+		return nil, invalid("this app serves no type %q", typ)
+	}
+	id := t.GetActivationId()
+	switch k := t.GetKind().(type) {
+	case *pb.Turn_Activate:
+		_, err := s.activate(ctx, at, id)
+		return nil, err
+	case *pb.Turn_Invoke:
+		act, err := s.activation(ctx, at, id)
+		if err != nil {
+			return nil, err
+		}
+		if !at.opts.Reentrant {
+			select {
+			case act.sem <- struct{}{}:
+				defer func() { <-act.sem }()
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return act.actor.Invoke(ctx, k.Invoke.GetMethod(), k.Invoke.GetPayload())
+	case *pb.Turn_Deactivate:
+		s.mu.Lock()
+		act := s.activations[id]
+		delete(s.activations, id)
+		s.mu.Unlock()
+		if act == nil {
+			return nil, nil
+		}
+		if d, ok := act.actor.(Deactivator); ok {
+			return nil, d.Deactivate(ctx, DeactivateReason(k.Deactivate.GetReason()))
+		}
+		return nil, nil
+	}
+	return nil, invalid("turn %d has no kind this SDK knows", t.GetTurnId())
+}
+
+// activate makes and stores a new activation, running its Activate hook.
+func (s *session) activate(ctx context.Context, at actorType, id string) (*activation, error) {
+	act := &activation{actor: at.factory(), sem: make(chan struct{}, 1)}
+	if a, ok := act.actor.(Activator); ok {
+		if err := a.Activate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.activations == nil {
+		s.activations = map[string]*activation{}
+	}
+	s.activations[id] = act
+	return act, nil
+}
+
+// activation finds the live activation id, activating it when this app does not have it (the
+// app reconnected while the sidecar kept the activation).
+func (s *session) activation(ctx context.Context, at actorType, id string) (*activation, error) {
+	s.mu.Lock()
+	act := s.activations[id]
+	s.mu.Unlock()
+	if act != nil {
+		return act, nil
+	}
+	return s.activate(ctx, at, id)
+}
