@@ -72,17 +72,17 @@ export class Client {
   }
 
   /** A typed stub for one actor: `client.actor(Counter, 'k').incr(1)`. */
-  actor<D extends ActorDefinition<string, never, never>>(def: D, key: string): ClientOf<D> {
+  actor<D extends ActorDefinition<string, Raw, Raw>>(def: D, key: string): ClientOf<D> {
     return this.stub(def.name, key, (m, a, o) => this.call(def.name, key, m, a, o));
   }
 
   /** A typed stub for a worker; `key` spreads load (default ''). */
-  worker<D extends WorkerDefinition<string, never>>(def: D, key = ''): ClientOf<D> {
+  worker<D extends WorkerDefinition<string, Raw>>(def: D, key = ''): ClientOf<D> {
     return this.stub(def.name, key, (m, a, o) => this.call(def.name, key, m, a, o));
   }
 
   /** A typed stub for a worker on one chosen host: one attempt, no re-placement. */
-  workerOn<D extends WorkerDefinition<string, never>>(hostOrId: string | HostDescriptor, def: D, key = ''): ClientOf<D> {
+  workerOn<D extends WorkerDefinition<string, Raw>>(hostOrId: string | HostDescriptor, def: D, key = ''): ClientOf<D> {
     const hostId = typeof hostOrId === 'string' ? hostOrId : hostOrId.id;
     return this.stub(def.name, key, (m, a, o) => this.dispatchOn(hostId, def.name, key, m, a, o));
   }

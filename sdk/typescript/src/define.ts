@@ -111,7 +111,7 @@ export type ClientMethod<H> = H extends (ctx: never) => infer R
     : never;
 
 /** A typed stub for one actor or worker: one method per handler. */
-export type ClientOf<D> = D extends ActorDefinition<string, unknown, infer M>
+export type ClientOf<D> = D extends ActorDefinition<string, AnyArg, infer M>
   ? { [K in keyof M & string]: ClientMethod<M[K]> }
   : D extends WorkerDefinition<string, infer M>
     ? { [K in keyof M & string]: ClientMethod<M[K]> }
