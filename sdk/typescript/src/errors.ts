@@ -134,9 +134,10 @@ export function fromServiceError(err: ServiceError, target: string): ActorError 
   const [bin] = err.metadata?.get('grpc-status-details-bin') ?? [];
   if (bin && typeof bin !== 'string') {
     try {
-      const st = RpcStatusType.decode(bin) as unknown as { details: { typeUrl?: string; value: Uint8Array }[] };
+      const st = RpcStatusType.decode(bin) as unknown as { details: { typeUrl?: string; type_url?: string; value: Uint8Array }[] };
       for (const any of st.details ?? []) {
-        if ((any.typeUrl ?? '').endsWith('/sigx.actors.v1.ErrorDetail')) {
+        // google.protobuf.Any keeps its proto field name (type_url) in protobufjs.
+        if ((any.type_url ?? any.typeUrl ?? '').endsWith('/sigx.actors.v1.ErrorDetail')) {
           const d = ErrorDetailType.toObject(ErrorDetailType.decode(any.value), { longs: Number }) as DetailMsg;
           return fromDetail(d);
         }
