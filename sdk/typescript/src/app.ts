@@ -85,11 +85,13 @@ export function defineActorApp(spec: AppSpec): ActorApp {
     const backoff = new Backoff();
     let draining = false;
     let drainCurrent: (() => void) | undefined;
+    const stop = new AbortController();
     const drain = () => {
       draining = true;
       drainCurrent?.();
+      stop.abort(); // wakes a reconnect backoff: with no stream open there is nothing to drain
     };
-    const stop = new AbortController();
+    if (options.signal?.aborted) draining = true;
     options.signal?.addEventListener('abort', drain, { once: true });
     const handle = options.handleSignals ?? true;
     if (handle) { process.on('SIGTERM', drain); process.on('SIGINT', drain); }
@@ -99,13 +101,16 @@ export function defineActorApp(spec: AppSpec): ActorApp {
         if (ended.kind === 'ok') return;
         if (ended.kind === 'refused') throw ended.error;
         dispatcher.dropAll();
+        // Asked to stop while the sidecar is gone: the sidecar dropped our activations with
+        // the stream, so there is nothing left to drain.
+        if (draining) return;
         if (ended.registered) backoff.reset();
         const delay = backoff.nextDelay();
         options.onDisconnect?.(ended.why, delay);
         await sleep(delay, stop.signal);
+        if (draining) return;
       }
     } finally {
-      stop.abort();
       options.signal?.removeEventListener('abort', drain);
       if (handle) { process.off('SIGTERM', drain); process.off('SIGINT', drain); }
     }

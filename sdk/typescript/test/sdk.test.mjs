@@ -119,3 +119,21 @@ test('a restarted sidecar: the app reconnects, registers again and serves', asyn
   assert.equal(await c2.actor(Counter, 'r').incr(1), 1, 'a fresh activation on the new sidecar');
   c2.close();
 });
+
+test('a sidecar killed with a call in flight: the call is outcome-unknown, not an actor error kind', async () => {
+  const sidecar = await startSidecar();
+  const drain = new AbortController();
+  const { done } = await serving(sidecar, { signal: drain.signal });
+  const client = new Client({ target: sidecar.target });
+  const before = aborted;
+  const inflight = client.actor(Counter, 'h').hang(undefined, { timeoutMs: 20_000 });
+  for (let i = 0; i < 100; i++) { await sleep(20); if ((await client.status()).activations.length) break; }
+  sidecar.child.kill('SIGKILL');
+  await assert.rejects(inflight, OutcomeUnknownError);
+  for (let i = 0; i < 100 && aborted === before; i++) await sleep(20);
+  assert.equal(aborted, before + 1, 'the broken stream cancelled the running handler');
+  client.close();
+  drain.abort();
+  await stopSidecar(sidecar);
+  await done; // asked to stop with no sidecar left: serve ends instead of reconnecting forever
+});
