@@ -139,7 +139,11 @@ export class Dispatcher {
     if (spec.reentrant) return this.run(turn, notAfter, body, after);
     // One turn at a time: the sidecar already sends them so, and this chain keeps it so even if
     // an answer went out early (a TIMEOUT answered before its handler returned).
-    const result = act.tail.then(() => this.run(turn, notAfter, body, after));
+    // A turn queued behind one that a fence (or a broken stream) cancelled must not run on the
+    // dropped activation: another host may hold the actor by now.
+    const result = act.tail.then(() => (this.activations.get(key) === act
+      ? this.run(turn, notAfter, body, after)
+      : err(turn.turnId, 'UNREACHABLE', `activation ${turn.activationId} of ${def.name}/${turn.actor.key} was dropped before turn ${turn.turnId} ran; it never ran`)));
     act.tail = result;
     return result;
   }

@@ -140,3 +140,24 @@ test('hooks run with the state; errors answer APP or INVALID', async () => {
   const w = await d.handle({ ...invoke('echo', { a: 1 }), actor: { actorType: 'W', key: '' }, activationId: '' });
   assert.deepEqual(json(w), { a: 1 });
 });
+
+test('a turn queued behind a running one does not run after a fence dropped its activation', async () => {
+  let ran = 0;
+  const Box = defineActor('Box', {
+    state: () => ({}),
+    methods: {
+      hang(ctx) { return new Promise((_, no) => ctx.signal.addEventListener('abort', () => no(ctx.signal.reason))); },
+      touch() { ran++; return 1; },
+    },
+  });
+  const d = new Dispatcher([Box]);
+  await d.handle(turn('activate'));
+  const first = d.handle(invoke('hang'));
+  const queued = d.handle(invoke('touch'));
+  await new Promise((r) => setImmediate(r));
+  d.fence('lost the lease');
+  assert.equal((await first).error?.kind, 'ERROR_KIND_TIMEOUT');
+  const q = await queued;
+  assert.equal(q.ok, undefined);
+  assert.equal(ran, 0, 'the queued turn never ran');
+});
