@@ -161,3 +161,17 @@ test('a turn queued behind a running one does not run after a fence dropped its 
   assert.equal(q.ok, undefined);
   assert.equal(ran, 0, 'the queued turn never ran');
 });
+
+test('a reentrant type interleaves turns of one activation at await points', async () => {
+  let inside = 0;
+  let maxInside = 0;
+  const Box = defineActor('Box', {
+    state: () => ({}),
+    reentrant: true,
+    methods: { async wait() { inside++; maxInside = Math.max(maxInside, inside); await new Promise((r) => setTimeout(r, 5)); inside--; } },
+  });
+  const d = new Dispatcher([Box]);
+  await d.handle(turn('activate'));
+  await Promise.all([d.handle(invoke('wait')), d.handle(invoke('wait')), d.handle(invoke('wait'))]);
+  assert.equal(maxInside, 3);
+});
