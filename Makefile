@@ -43,7 +43,7 @@ test-python:
 	cd sdk/python && SIGX_BIN_DIR=$(BIN) $(CURDIR)/.tools/venv-py/bin/python -m pytest tests
 
 test-node:
-	cd sdk/typescript && SIGX_BIN_DIR=$(BIN) node --test test/socket.test.mjs
+	cd sdk/typescript && npm run --silent build && npm run --silent typecheck && SIGX_BIN_DIR=$(BIN) node --test test/
 
 test-go:
 	cd sdk/go && SIGX_BIN_DIR=$(BIN) go test -count=1 ./...

@@ -6,7 +6,8 @@
 # python: a venv at .tools/venv-py with the pinned grpcio, grpcio-tools, grpcio-status, pytest and
 #   setuptools of sdk/python/requirements-test.txt, from PyPI (re-installed when that file
 #   changes), and the sigx SDK of sdk/python installed editable into it.
-# node:   `npm ci` in sdk/typescript (package-lock.json is checked in) from the npm registry.
+# node:   `npm ci` in sdk/typescript (package-lock.json is checked in, typescript pinned in it) from
+#   the npm registry, then `npm run build` (tsc → sdk/typescript/dist).
 # go:     `go mod download` in sdk/go (go.sum is checked in), and protoc-gen-go and
 #   protoc-gen-go-grpc built into .tools/bin, from the Go module proxy. sdk/go/gen.sh runs them
 #   under the protoc inside grpcio-tools (no system protoc), so `go` needs `python` too.
@@ -73,7 +74,8 @@ if want node; then
         echo "install-lang-tools: npm ci in sdk/typescript"
         (cd "${TS}" && npm ci --no-audit --no-fund --loglevel=error)
     fi
-    echo "install-lang-tools: node $(node --version), @grpc/grpc-js $(cd "${TS}" && node -p 'require("@grpc/grpc-js/package.json").version')"
+    (cd "${TS}" && npm run --silent build)
+    echo "install-lang-tools: node $(node --version), @grpc/grpc-js $(cd "${TS}" && node -p 'require("@grpc/grpc-js/package.json").version'), typescript $(cd "${TS}" && node -p 'require("typescript/package.json").version') (sdk built into dist/)"
 fi
 
 if want go; then

@@ -66,10 +66,9 @@ export function unary(c, method, request, deadlineMs = 15_000) {
   });
 }
 
-/** Starts a sigx-sidecar (no membership, insecure) in a fresh directory; resolves once it answers Status. */
-export async function startSidecar() {
-  const dir = mkdtempSync(join(tmpdir(), 'sigx-node-'));
-  const socket = join(dir, 's.sock');
+/** Starts a sigx-sidecar (no membership, insecure) in a fresh directory (or on `socket`); resolves once it answers Status. */
+export async function startSidecar({ socket } = {}) {
+  if (!socket) socket = join(mkdtempSync(join(tmpdir(), 'sigx-node-')), 's.sock');
   const child = spawn(sidecarBinary(), [], {
     env: {
       ...process.env,

@@ -1,0 +1,147 @@
+// Calling actors and workers through the local sidecar: `call`, the typed `actor`/`worker`
+// stubs, `members`, `watchMembers`, `dispatchOn` and `status`. Errors are `ActorError` classes.
+import * as grpc from '@grpc/grpc-js';
+import type { ActorDefinition, CallOptions, ClientOf, WorkerDefinition } from './define.js';
+import { fromServiceError } from './errors.js';
+import { ActorHostClient } from './proto.js';
+
+/** Slack on the gRPC deadline over the call's own: the sidecar answers TIMEOUT itself first. */
+const TRANSPORT_SLACK_MS = 2_000;
+const DEFAULT_TIMEOUT_MS = 30_000;
+
+/** `$SIGX_SOCKET` as a gRPC target (`unix:///path`). */
+export function defaultTarget(): string {
+  const socket = process.env.SIGX_SOCKET;
+  if (!socket) throw new Error('SIGX_SOCKET is not set: point it at the sidecar socket, or pass { target }');
+  return socket.startsWith('unix:') ? socket : `unix://${socket}`;
+}
+
+export interface HostDescriptor {
+  id: string;
+  advertise: string;
+  types: string[];
+  statefulTypes: string[];
+  meta: Record<string, string>;
+  status: string;
+  startedAtUnixMs: number;
+}
+export interface MembersView { version: number; hosts: HostDescriptor[] }
+export interface MembersFilter { status?: 'active' | 'any'; registers?: string }
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Raw = any;
+function host(h: Raw): HostDescriptor {
+  return {
+    id: h.id,
+    advertise: h.advertise,
+    types: h.types?.names ?? [],
+    statefulTypes: h.statefulTypes?.names ?? [],
+    meta: h.meta ?? {},
+    status: String(h.status).replace('HOST_STATUS_', '').toLowerCase(),
+    startedAtUnixMs: Number(h.startedAtUnixMs),
+  };
+}
+function view(r: Raw): MembersView {
+  return { version: Number(r.version), hosts: (r.hosts ?? []).map(host) };
+}
+function membersRequest(f: MembersFilter = {}): Raw {
+  return { status: f.status === 'any' ? 'MEMBER_STATUS_FILTER_ANY' : 'MEMBER_STATUS_FILTER_ACTIVE', registers: f.registers ?? '' };
+}
+function encode(arg: unknown): Buffer {
+  return arg === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(arg));
+}
+function decode(payload: Uint8Array): unknown {
+  return payload.length === 0 ? undefined : JSON.parse(Buffer.from(payload).toString('utf8'));
+}
+
+/** A handle on the local sidecar's app API. One channel; it reconnects on its own. */
+export class Client {
+  readonly target: string;
+  private readonly raw: Raw;
+
+  constructor(options: { target?: string } = {}) {
+    this.target = options.target ?? defaultTarget();
+    this.raw = new ActorHostClient(this.target, grpc.credentials.createInsecure());
+  }
+
+  /** Calls `method` on the actor or worker `type`/`key` with a JSON argument; resolves with the JSON result. */
+  async call(type: string, key: string, method: string, arg?: unknown, options: CallOptions = {}): Promise<unknown> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const res = await this.unary('Call', { actor: { actorType: type, key }, method, payload: encode(arg), timeoutMs }, timeoutMs, options.signal);
+    return decode(res.payload);
+  }
+
+  /** A typed stub for one actor: `client.actor(Counter, 'k').incr(1)`. */
+  actor<D extends ActorDefinition<string, Raw, Raw>>(def: D, key: string): ClientOf<D> {
+    return this.stub(def.name, key, (m, a, o) => this.call(def.name, key, m, a, o));
+  }
+
+  /** A typed stub for a worker; `key` spreads load (default ''). */
+  worker<D extends WorkerDefinition<string, Raw>>(def: D, key = ''): ClientOf<D> {
+    return this.stub(def.name, key, (m, a, o) => this.call(def.name, key, m, a, o));
+  }
+
+  /** A typed stub for a worker on one chosen host: one attempt, no re-placement. */
+  workerOn<D extends WorkerDefinition<string, Raw>>(hostOrId: string | HostDescriptor, def: D, key = ''): ClientOf<D> {
+    const hostId = typeof hostOrId === 'string' ? hostOrId : hostOrId.id;
+    return this.stub(def.name, key, (m, a, o) => this.dispatchOn(hostId, def.name, key, m, a, o));
+  }
+
+  /** One attempt at a worker method on `hostId`: unreachable and wrong-host are answers, not re-routes. */
+  async dispatchOn(hostId: string, type: string, key: string, method: string, arg?: unknown, options: CallOptions = {}): Promise<unknown> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const res = await this.unary('DispatchOn', { hostId, worker: { actorType: type, key }, method, payload: encode(arg), timeoutMs }, timeoutMs, options.signal);
+    return decode(res.payload);
+  }
+
+  /** The membership view now, active hosts by default. */
+  async members(filter?: MembersFilter, options: CallOptions = {}): Promise<MembersView> {
+    return view(await this.unary('Members', membersRequest(filter), options.timeoutMs ?? 5_000, options.signal));
+  }
+
+  /** The view now, then again on every change, until `signal` aborts or the stream ends. */
+  async *watchMembers(filter?: MembersFilter, options: { signal?: AbortSignal } = {}): AsyncGenerator<MembersView> {
+    const call = this.raw.WatchMembers(membersRequest(filter));
+    const onAbort = () => call.cancel();
+    options.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      for await (const r of call) yield view(r);
+    } catch (e) {
+      if (options.signal?.aborted) return;
+      throw fromServiceError(e as grpc.ServiceError, this.target);
+    } finally {
+      options.signal?.removeEventListener('abort', onAbort);
+      call.cancel();
+    }
+  }
+
+  /** This host's state, activations and counters. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  status(options: CallOptions = {}): Promise<any> {
+    return this.unary('Status', {}, options.timeoutMs ?? 5_000, options.signal);
+  }
+
+  close(): void { this.raw.close(); }
+
+  private stub<T>(type: string, key: string, invoke: (m: string, a: unknown, o?: CallOptions) => Promise<unknown>): T {
+    void type; void key;
+    return new Proxy({}, {
+      get: (_t, method) => (typeof method === 'string' && method !== 'then'
+        ? (arg?: unknown, options?: CallOptions) => invoke(method, arg, options)
+        : undefined),
+    }) as T;
+  }
+
+  private unary(method: string, request: Raw, timeoutMs: number, signal?: AbortSignal): Promise<Raw> {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) return reject(signal.reason);
+      const call = this.raw[method](request, { deadline: Date.now() + timeoutMs + TRANSPORT_SLACK_MS }, (e: grpc.ServiceError | null, res: Raw) => {
+        signal?.removeEventListener('abort', onAbort);
+        if (e) reject(signal?.aborted ? signal.reason : fromServiceError(e, this.target));
+        else resolve(res);
+      });
+      const onAbort = () => call.cancel();
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}

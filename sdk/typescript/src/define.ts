@@ -1,0 +1,118 @@
+// The programming model: `defineActor` and `defineWorker` describe a type once; the handlers'
+// argument and return types flow from the definition to the typed client (`client.actor(Def,
+// key).method(arg)`), so a call site is checked by tsc against the handler it reaches.
+
+/** Why an activation ends. */
+export type DeactivateReason = 'idle' | 'shutdown' | 'unspecified';
+
+/** What a stateful handler sees: its activation's state, identity and cancellation. */
+export interface ActorContext<S> {
+  /** The activation's state: made by the definition's `state()` on Activate, kept until Deactivate. */
+  state: S;
+  /** The actor's key. */
+  readonly key: string;
+  /** Unique per activation; a fencing token for external writes. */
+  readonly activationId: string;
+  /**
+   * Aborted when the turn passes its not-after (the caller's deadline or the host's lease) or the
+   * host fences. Pass it to every fetch/timer/IO the handler awaits: past it the answer is
+   * TIMEOUT whatever the handler does, and another host may already hold the actor.
+   */
+  readonly signal: AbortSignal;
+}
+
+/** What a worker handler sees: no state, no identity beyond the key it was called with. */
+export interface WorkerContext {
+  readonly key: string;
+  /** As for actors: aborted at not-after or on the fence notice. */
+  readonly signal: AbortSignal;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyArg = any;
+/** A method: `(ctx)` or `(ctx, arg)`; the argument and result travel as JSON. */
+export type Handler<C> = (ctx: C, arg: AnyArg) => unknown;
+export type ActorMethods<S> = Record<string, Handler<ActorContext<S>>>;
+export type WorkerMethods = Record<string, Handler<WorkerContext>>;
+
+export interface ActorSpec<S, M extends ActorMethods<S>> {
+  /** A fresh state for each activation. */
+  state: () => S;
+  methods: M;
+  /** Runs on Activate (load state). A throw fails the activation and the call. */
+  onActivate?: (ctx: ActorContext<S>) => unknown;
+  /** Runs on Deactivate (save state). Not run when the host fences. */
+  onDeactivate?: (ctx: ActorContext<S>, reason: DeactivateReason) => unknown;
+  /** Several turns of one activation may interleave at await points. Default false. */
+  reentrant?: boolean;
+  /** Idle time before Deactivate; 0/absent = the sidecar's default (5 minutes). */
+  idleTimeoutMs?: number;
+}
+
+export interface WorkerSpec<M extends WorkerMethods> {
+  methods: M;
+  /** How many turns may run at once on this host; 0/absent = the sidecar's default (16). */
+  maxConcurrency?: number;
+}
+
+export interface ActorDefinition<N extends string = string, S = unknown, M extends ActorMethods<S> = ActorMethods<S>> {
+  readonly kind: 'actor';
+  readonly name: N;
+  readonly spec: ActorSpec<S, M>;
+}
+
+export interface WorkerDefinition<N extends string = string, M extends WorkerMethods = WorkerMethods> {
+  readonly kind: 'worker';
+  readonly name: N;
+  readonly spec: WorkerSpec<M>;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyDefinition = ActorDefinition<string, any, any> | WorkerDefinition<string, any>;
+
+const NAME = /^[A-Za-z_][A-Za-z0-9_.-]*$/;
+function checkName(name: string, what: string): void {
+  if (!NAME.test(name)) {
+    throw new TypeError(`${what} name ${JSON.stringify(name)} is not a valid type name: use letters, digits, '_', '.', '-'`);
+  }
+}
+
+/** Defines a stateful actor type: one activation per key across the fleet, one turn at a time. */
+export function defineActor<const N extends string, S, M extends ActorMethods<S>>(
+  name: N,
+  spec: ActorSpec<S, M>,
+): ActorDefinition<N, S, M> {
+  checkName(name, 'actor');
+  return Object.freeze({ kind: 'actor' as const, name, spec });
+}
+
+/** Defines a stateless worker type: runs on the host that receives the call, up to its concurrency. */
+export function defineWorker<const N extends string, M extends WorkerMethods>(
+  name: N,
+  spec: WorkerSpec<M>,
+): WorkerDefinition<N, M> {
+  checkName(name, 'worker');
+  return Object.freeze({ kind: 'worker' as const, name, spec });
+}
+
+/** Per-call options. */
+export interface CallOptions {
+  /** The whole call's deadline; default the sidecar's (30 s). */
+  timeoutMs?: number;
+  /** Aborting it cancels the call (the outcome is then unknown). */
+  signal?: AbortSignal;
+}
+
+/** The client-side method for one handler: its argument (if any) and its awaited result. */
+export type ClientMethod<H> = H extends (ctx: never) => infer R
+  ? (arg?: undefined, options?: CallOptions) => Promise<Awaited<R>>
+  : H extends (ctx: never, arg: infer A) => infer R
+    ? (arg: A, options?: CallOptions) => Promise<Awaited<R>>
+    : never;
+
+/** A typed stub for one actor or worker: one method per handler. */
+export type ClientOf<D> = D extends ActorDefinition<string, AnyArg, infer M>
+  ? { [K in keyof M & string]: ClientMethod<M[K]> }
+  : D extends WorkerDefinition<string, infer M>
+    ? { [K in keyof M & string]: ClientMethod<M[K]> }
+    : never;

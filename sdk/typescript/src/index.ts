@@ -1,0 +1,13 @@
+// sigx for TypeScript: define actor and worker types, serve them on the sidecar, call them.
+export { defineActor, defineWorker } from './define.js';
+export type {
+  ActorContext, ActorDefinition, ActorSpec, CallOptions, ClientOf, DeactivateReason,
+  WorkerContext, WorkerDefinition, WorkerSpec,
+} from './define.js';
+export { defineActorApp, Backoff } from './app.js';
+export type { ActorApp, AppSpec, ServeOptions } from './app.js';
+export { Client, defaultTarget } from './client.js';
+export type { HostDescriptor, MembersFilter, MembersView } from './client.js';
+export { Dispatcher, systemClock } from './dispatcher.js';
+export type { Clock, WireResult, WireTurn } from './dispatcher.js';
+export * from './errors.js';

@@ -1,0 +1,44 @@
+// Compiled by `npm run typecheck` (tsc --noEmit): the client's types come from the definitions,
+// so a wrong argument or a misuse of the result is a compile error. Each @ts-expect-error line
+// fails the check if the mistake below it ever type-checks.
+import { Client, defineActor, defineWorker, OutcomeUnknownError, ActorError } from '@sigx/sdk';
+
+const Counter = defineActor('Counter', {
+  state: () => ({ count: 0 }),
+  methods: {
+    incr(ctx, by: number) { return (ctx.state.count += by); },
+    async label(ctx, p: { prefix: string }) { return `${p.prefix}${ctx.state.count}`; },
+    get(ctx) { return ctx.state.count; },
+  },
+});
+const Hasher = defineWorker('Hasher', { methods: { hash(_ctx, s: string) { return s.length; } } });
+
+export async function callSites(client: Client): Promise<void> {
+  const c = client.actor(Counter, 'k');
+  const n: number = await c.incr(5);
+  const s: string = await c.label({ prefix: '#' });
+  const g: number = await c.get();
+  const h: number = await client.worker(Hasher).hash('abc', { timeoutMs: 100 });
+  void [n, s, g, h];
+  // @ts-expect-error incr takes a number
+  await c.incr('5');
+  // @ts-expect-error label's result is a string
+  const wrong: number = await c.label({ prefix: '#' });
+  // @ts-expect-error no such method on Counter
+  await c.decr(1);
+  // @ts-expect-error label needs its argument
+  await c.label();
+  void wrong;
+  try { await c.get(); } catch (e) {
+    if (e instanceof OutcomeUnknownError) { const k: 'outcome-unknown' | string = e.kind; void k; }
+    else if (e instanceof ActorError) { void e.retryAfterMs; }
+  }
+}
+
+defineActor('Typed', {
+  state: () => ({ count: 0 }),
+  methods: {
+    // @ts-expect-error the state has no field `missing`
+    bad(ctx) { return ctx.state.missing; },
+  },
+});
