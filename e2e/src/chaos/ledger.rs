@@ -125,7 +125,11 @@ pub fn start_load_into(
                         .entry(target.clone())
                         .or_insert_with(|| Client::lazy(&target).with_timeout(timeout))
                         .clone();
-                    let key = format!("c{}", first + (i * 7919 + w) % counters);
+                    // The worker's n-th call: 7919 is prime, so n * 7919 walks every residue of
+                    // `counters` (i itself steps by `workers`, and i * 7919 + w hit only a
+                    // handful of counters, the same ones for every worker).
+                    let n = (i - w) / workers;
+                    let key = format!("c{}", first + (n * 7919 + w) % counters);
                     let t = Instant::now();
                     let r: Result<i64, _> =
                         client.call_json("Counter", &key, "increment", &1).await;
