@@ -77,7 +77,28 @@ pub fn start_load(
     workers: usize,
     timeout: Duration,
 ) -> Load {
-    let ledger = Arc::new(Ledger::default());
+    start_load_into(
+        Arc::new(Ledger::default()),
+        targets,
+        0..counters,
+        workers,
+        timeout,
+    )
+}
+
+/// As [`start_load`] on the counters `c<k>` for k in `keys`, recording into `ledger`: a fresh
+/// key range puts new activations on a newly started host (actors stay where they live), and
+/// several loads on different sockets (callers on a
+/// faulted host's own socket and on a peer's) share one ledger, so the final values are judged
+/// against every acknowledged write.
+pub fn start_load_into(
+    ledger: Arc<Ledger>,
+    targets: Arc<RwLock<Vec<PathBuf>>>,
+    keys: std::ops::Range<usize>,
+    workers: usize,
+    timeout: Duration,
+) -> Load {
+    let (first, counters) = (keys.start, keys.len());
     let (stop, stop_rx) = watch::channel(false);
     let tasks = (0..workers)
         .map(|w| {
@@ -104,7 +125,11 @@ pub fn start_load(
                         .entry(target.clone())
                         .or_insert_with(|| Client::lazy(&target).with_timeout(timeout))
                         .clone();
-                    let key = format!("c{}", (i * 7919 + w) % counters);
+                    // The worker's n-th call: 7919 is prime, so n * 7919 walks every residue of
+                    // `counters` (i itself steps by `workers`, and i * 7919 + w hit only a
+                    // handful of counters, the same ones for every worker).
+                    let n = (i - w) / workers;
+                    let key = format!("c{}", first + (n * 7919 + w) % counters);
                     let t = Instant::now();
                     let r: Result<i64, _> =
                         client.call_json("Counter", &key, "increment", &1).await;

@@ -117,6 +117,7 @@ pub struct Fleet {
     pub targets: Arc<RwLock<Vec<PathBuf>>>,
     secret_file: PathBuf,
     generation: u32,
+    app_restarts: u32,
 }
 
 async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
@@ -161,6 +162,7 @@ impl Fleet {
             targets: Arc::default(),
             secret_file,
             generation: 0,
+            app_restarts: 0,
         };
         for _ in 0..fleet.cfg.hosts {
             fleet.spawn_pod().await;
@@ -347,6 +349,36 @@ impl Fleet {
         if let Some(pid) = self.pods[i].sidecar.id() {
             signal(pid as i32, Signal::CONT);
         }
+    }
+
+    /// kill -9 of pod `i`'s app alone, then a new app process on the same socket: an app
+    /// container restart while the sidecar lives (issue 12, hole B). Returns once the new app
+    /// is started (not once the sidecar has taken it back; callers see that through probes).
+    pub async fn restart_app(&mut self, i: usize) {
+        let trace = self.trace_file();
+        let state = self.dir.path().join("state");
+        self.app_restarts += 1;
+        let log = self.dir.path().join(format!(
+            "{}.app.restart-{}.log",
+            self.pods[i].id, self.app_restarts
+        ));
+        let pod = &mut self.pods[i];
+        if let Some(pid) = pod.app.id() {
+            signal(pid as i32, Signal::KILL);
+        }
+        let _ = pod.app.wait().await;
+        pod.app = Command::new(bin("counter-app"))
+            .env_clear()
+            .env("SIGX_LOG", "warn")
+            .env("SIGX_SOCKET", &pod.socket)
+            .env("COUNTER_TRACE_FILE", trace)
+            .env("COUNTER_STATE_DIR", state)
+            .env("COUNTER_TURN_DELAY_MS", self.cfg.turn_delay_ms.to_string())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn counter-app");
     }
 
     /// An HTTP probe of pod `i`.

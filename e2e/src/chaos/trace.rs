@@ -72,6 +72,78 @@ pub fn duplicate_activations(path: &Path) -> Vec<String> {
     bad
 }
 
+/// One trace line the stale-turn check reads.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// CLOCK_MONOTONIC, nanoseconds (one clock for every process on the machine).
+    pub t_ns: u64,
+    pub event: String,
+    pub actor: String,
+    pub activation: String,
+    pub host: String,
+}
+
+/// Every parseable line of the trace at `path` (an unreadable trace is no lines).
+pub fn events(path: &Path) -> Vec<Event> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            Some(Event {
+                t_ns: v["t_ns"].as_u64()?,
+                event: v["event"].as_str()?.to_string(),
+                actor: v["actor"].as_str()?.to_string(),
+                activation: v["activation"].as_str()?.to_string(),
+                host: v["host"].as_str().unwrap_or("?").to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Turns the app ran for an activation after a newer activation of the same actor had started
+/// (issue 12's "stale turns"), one line each. Only what the *app executed* counts: turn starts
+/// and ends, against activation starts. Activation ends are ignored, so the check reads traces
+/// of older counter-app builds (whose end lines do not say whether code ran) the same way.
+pub fn stale_turns(path: &Path) -> Vec<String> {
+    let evs = events(path);
+    // actor → [(activation start, activation id, host)]
+    let mut starts: HashMap<&str, Vec<(u64, &str, &str)>> = HashMap::new();
+    for e in evs.iter().filter(|e| e.event == "activation-start") {
+        starts
+            .entry(&e.actor)
+            .or_default()
+            .push((e.t_ns, &e.activation, &e.host));
+    }
+    let mut bad = Vec::new();
+    for e in evs
+        .iter()
+        .filter(|e| e.event == "turn-start" || e.event == "turn-end")
+    {
+        let Some(list) = starts.get(e.actor.as_str()) else {
+            continue;
+        };
+        let Some(mine) = list.iter().find(|s| s.1 == e.activation).map(|s| s.0) else {
+            continue;
+        };
+        if let Some(newer) = list
+            .iter()
+            .find(|s| s.1 != e.activation && mine < s.0 && s.0 < e.t_ns)
+        {
+            bad.push(format!(
+                "{}: {} of activation {} on {} ran {:.1} ms after activation {} started on {}",
+                e.actor,
+                e.event,
+                e.activation,
+                e.host,
+                (e.t_ns - newer.0) as f64 / 1e6,
+                newer.1,
+                newer.2
+            ));
+        }
+    }
+    bad
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +197,28 @@ mod tests {
         ];
         std::fs::write(&path, late.join("\n")).unwrap();
         assert_eq!(duplicate_activations(&path).len(), 1);
+    }
+
+    #[test]
+    fn a_turn_after_a_newer_activation_started_is_stale_and_one_before_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let ok = [
+            line(1, "activation-start", "x"),
+            line(2, "turn-start", "x"),
+            line(3, "turn-end", "x"),
+            line(4, "activation-start", "y"),
+            line(5, "turn-start", "y"),
+        ];
+        std::fs::write(&path, ok.join("\n")).unwrap();
+        assert!(stale_turns(&path).is_empty());
+        let bad = [
+            line(1, "activation-start", "x"),
+            line(4, "activation-start", "y"),
+            line(5, "turn-start", "x"),
+            line(6, "turn-end", "x"),
+        ];
+        std::fs::write(&path, bad.join("\n")).unwrap();
+        assert_eq!(stale_turns(&path).len(), 2, "{:?}", stale_turns(&path));
     }
 }
