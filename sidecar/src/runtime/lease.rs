@@ -40,7 +40,7 @@ impl Runtime {
     }
 
     /// What a stateful turn's answer becomes for its caller: never success once the lease has
-    /// lapsed — the answer may come from an activation another host already holds — and never
+    /// lapsed (outcome unknown: the app may have run it) — the answer may come from an activation another host already holds — and never
     /// success for a turn the app refused or cancelled at its not-after.
     pub(crate) fn settle(&self, outcome: TurnOutcome) -> TurnOutcome {
         if let Err(fenced) = self.inner.gate.check_serving() {
@@ -48,9 +48,13 @@ impl Runtime {
                 .counters
                 .turns_past_not_after
                 .fetch_add(1, Ordering::Relaxed);
-            return Err(ActorError::fenced(format!(
-                "{}; the turn's answer came back after the lease lapsed and is not reported \
-                 (it may have run on state another host now holds): outcome unknown, not retried",
+            // Not `fenced`: that kind promises the call never ran, and this turn was handed to
+            // the app, which may have run it (found by e2e/tests/single_activation.rs: callers
+            // told `fenced` for increments the app had applied).
+            return Err(ActorError::outcome_unknown(format!(
+                "{}; the turn was handed to the app but its answer came back after the lease \
+                 lapsed and is not reported (it may have run on state another host now holds): \
+                 outcome unknown, not retried",
                 fenced.message
             )));
         }
@@ -267,7 +271,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn an_answer_that_comes_back_after_the_lease_lapsed_is_fenced_never_ok() {
+    async fn an_answer_that_comes_back_after_the_lease_lapsed_is_outcome_unknown_never_ok() {
         let mut f = fixture();
         let call = invoke(&f, Instant::now() + Duration::from_secs(10));
         answer(&f.app, &next_turn(&mut f.rx).await);
@@ -276,7 +280,8 @@ mod tests {
         *f.lease.fenced.lock().unwrap() = true;
         answer(&f.app, &turn);
         let err = call.await.unwrap().unwrap_err();
-        assert_eq!(err.kind, ErrorKind::Fenced, "{err}");
+        // The app may have run it: never `fenced`, which says the call never ran.
+        assert_eq!(err.kind, ErrorKind::OutcomeUnknown, "{err}");
         assert_eq!(f.rt.counters().snapshot()["turnsPastNotAfter"], 1);
     }
 
