@@ -5,11 +5,15 @@
 
 mod support;
 
+use async_trait::async_trait;
 use sigx_proto::v1;
-use sigx_sidecar::host::{Host, HostOptions, StopKind};
+use sigx_sidecar::directory::partition;
+use sigx_sidecar::host::{Host, HostOptions, StopKind, dir_view};
 use sigx_sidecar::membership::{HostStatus, MemoryHub};
+use sigx_sidecar::mesh::{BoxedIo, Connector, TcpConnector};
 use sigx_sidecar::runtime::ActorId;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 use tokio::time::Instant;
@@ -29,11 +33,34 @@ async fn node(
     idle_ms: u64,
     behaviour: HashMap<String, Behaviour>,
 ) -> Node {
+    node_dialing(
+        dir,
+        hub,
+        id,
+        extra,
+        idle_ms,
+        behaviour,
+        Arc::new(TcpConnector),
+    )
+    .await
+}
+
+/// [`node`] whose mesh dials through `connector`.
+async fn node_dialing(
+    dir: &std::path::Path,
+    hub: &MemoryHub,
+    id: &str,
+    extra: &[&str],
+    idle_ms: u64,
+    behaviour: HashMap<String, Behaviour>,
+    connector: Arc<dyn Connector>,
+) -> Node {
     let cfg = cluster_host_config(dir, id, extra);
     let host = Host::start_with(
         cfg,
         HostOptions {
             provider: Some(hub.provider(id)),
+            connector,
             ..HostOptions::default()
         },
     )
@@ -248,4 +275,128 @@ async fn a_call_racing_an_idle_deactivation_waits_for_it_and_succeeds() {
         "two activations ran at once: {overlaps:?}"
     );
     a.host.stop(StopKind::Graceful).await;
+}
+
+/// Dials over TCP through a relay whose answers (peer to us) wait while `open` is false: the
+/// peer gets our requests, we get nothing back, like a peer whose replies are stuck.
+struct HeldAnswers {
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl Connector for HeldAnswers {
+    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
+        let upstream = tokio::net::TcpStream::connect(addr).await?;
+        upstream.set_nodelay(true)?;
+        let (mine, theirs) = tokio::io::duplex(256 * 1024);
+        let (mut up_r, mut up_w) = upstream.into_split();
+        let (mut th_r, mut th_w) = tokio::io::split(theirs);
+        tokio::spawn(async move {
+            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
+        });
+        let mut open = self.open.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match up_r.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => n,
+                };
+                if open.wait_for(|o| *o).await.is_err() {
+                    return;
+                }
+                if th_w.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Box::new(mine))
+    }
+}
+
+/// The CI failure of `a_rolling_restart_under_load_loses_no_call`: a call reached a host just
+/// before it started draining, its activation was still claiming (the directory owner's answer
+/// slow), and the graceful stop waited for that claim until the call's deadline (10 s), the
+/// caller timing out with it. A stop abandons a claim still in progress: nothing ran in the app,
+/// so there is nothing to wait for, and the caller is told to place the actor elsewhere.
+///
+/// Calls enter at b, which owns the actors' directory partitions and places some on a; a's
+/// Registers reach b but b's answers to a are held, so a's claims cannot finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_abandons_claims_still_in_progress_instead_of_waiting_out_their_deadline() {
+    let dir = tempdir();
+    let hub = MemoryHub::new();
+    let (open_tx, open_rx) = tokio::sync::watch::channel(true);
+    let a = node_dialing(
+        dir.path(),
+        &hub,
+        "a",
+        &["--drain-timeout-ms", "20000"],
+        0,
+        HashMap::new(),
+        Arc::new(HeldAnswers { open: open_rx }),
+    )
+    .await;
+    let b = node(dir.path(), &hub, "b", &[], 0, HashMap::new()).await;
+    converged(&[&a, &b], &["a", "b"]).await;
+    let view = dir_view(&b.host.cluster.get().unwrap().membership.view());
+    let keys: Vec<String> = (0..400)
+        .map(|k| format!("k{k}"))
+        .filter(|k| {
+            view.owner(partition("Counter", k))
+                .is_some_and(|o| &*o.id == "b")
+        })
+        .take(24)
+        .collect();
+    assert_eq!(keys.len(), 24, "b owns about half of the partitions");
+    open_tx.send(false).unwrap();
+    let socket = b.host.socket.clone();
+    let calls: Vec<_> = keys
+        .iter()
+        .map(|k| {
+            let (socket, k) = (socket.clone(), k.clone());
+            tokio::spawn(async move {
+                let mut c = client(&socket).await;
+                call(&mut c, "Counter", &k, "work", b"1", 12_000).await
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.host.runtime.lifecycles() == 0 {
+        assert!(Instant::now() < deadline, "b placed none of 24 actors on a");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let claiming = a.host.runtime.lifecycles();
+    let a_state = a.host.state.clone();
+    let a_app = a.app;
+    let started = Instant::now();
+    a.host.stop(StopKind::Graceful).await;
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "the stop waited {took:?} for {claiming} claim(s) that had run nothing"
+    );
+    assert!(
+        a_state.fence_reason().is_none(),
+        "nothing ran in a's app, so the stop withdraws instead of lapsing"
+    );
+    let activated_on_a: Vec<String> = a_app
+        .events()
+        .iter()
+        .map(|e| format!("{} {}", e.actor, e.what))
+        .collect();
+    assert!(
+        activated_on_a.is_empty(),
+        "no claim on a could finish, so a's app ran nothing: {activated_on_a:?}"
+    );
+    // The abandoned calls are re-placed (on b, the host left) within their deadline.
+    for c in calls {
+        c.await
+            .unwrap()
+            .expect("a call whose claim was abandoned is re-placed, not failed");
+    }
+    let _ = open_tx.send(true);
+    b.host.stop(StopKind::Graceful).await;
 }

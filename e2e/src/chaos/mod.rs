@@ -414,6 +414,37 @@ impl Fleet {
     }
 }
 
+/// A failing test keeps the evidence: the fleet's logs, trace and membership file are copied
+/// out of the scratch directory (which is deleted on drop) and the copy is named on stderr, so
+/// a CI failure can be read after the run.
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let keep = std::env::temp_dir().join(format!(
+            "sigx-chaos-failed-{}-{}",
+            std::process::id(),
+            self.generation
+        ));
+        if std::fs::create_dir_all(&keep).is_err() {
+            return;
+        }
+        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let keepable = path
+                    .extension()
+                    .is_some_and(|e| e == "log" || e == "jsonl" || e == "db");
+                if keepable && let Some(name) = path.file_name() {
+                    let _ = std::fs::copy(&path, keep.join(name));
+                }
+            }
+        }
+        eprintln!("the fleet's logs are kept in {}", keep.display());
+    }
+}
+
 /// Where an app socket path leads (for tests that need a client).
 pub fn client(socket: &Path) -> sigx_sdk::Client {
     sigx_sdk::Client::lazy(socket)

@@ -283,6 +283,9 @@ impl DirectoryGate {
         let mut last = String::from("no directory owner in this host's view");
         while Instant::now() < deadline {
             self.check_serving()?;
+            // A host that started leaving while this claim retried takes no new activation:
+            // the caller re-places the actor now instead of waiting out its deadline here.
+            self.check_accepting()?;
             let view = inner.views.view();
             let Some(owner) = view.owner(p).cloned() else {
                 inner.views.request_refresh();

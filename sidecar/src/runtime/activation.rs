@@ -380,8 +380,35 @@ async fn run(
         remove_self(&rt, &actor, &activation_id);
     };
 
-    // Rule 1: register before activate.
-    if let Err(e) = gate.claim(&actor, &activation_id, claim_deadline).await {
+    // Rule 1: register before activate. A stop (the host drains or shuts down) abandons a
+    // claim still in progress: nothing has run in the app yet, so the callers are told to
+    // place the actor elsewhere now. Waiting for the claim instead would hold the drain for
+    // as long as the claim may take (up to the call's deadline), and the callers with it.
+    let claimed = tokio::select! {
+        biased;
+        claimed = gate.claim(&actor, &activation_id, claim_deadline) => claimed,
+        stop = &mut stop_rx => {
+            fail(
+                ActorError::wrong_host(format!(
+                    "host stopped while claiming {actor}: the call never ran; place the actor \
+                     elsewhere"
+                ))
+                .with_retry_after(std::time::Duration::from_millis(20)),
+            );
+            // A grant the owner may already hold for this activation is withdrawn, so the
+            // actor is placeable elsewhere at once. The stop does not wait for that: the
+            // owner may be the very peer whose slow answers held the claim, and since the app
+            // ran nothing, a grant left behind is only a leftover (removed when this host
+            // leaves, or by the next claim that meets it), never a second activation.
+            let (gate, actor, activation_id) = (gate.clone(), actor.clone(), activation_id.clone());
+            tokio::spawn(async move { gate.release(&actor, &activation_id).await });
+            if let Ok(done) = stop {
+                let _ = done.send(());
+            }
+            return;
+        }
+    };
+    if let Err(e) = claimed {
         fail(e);
         return;
     }
