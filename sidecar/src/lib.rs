@@ -23,3 +23,4 @@ pub mod membership;
 pub mod mesh;
 pub mod placement;
 pub mod runtime;
+pub mod state;

@@ -1,0 +1,220 @@
+//! Every state store keeps the same promises (DESIGN.md §11), checked by one suite run against
+//! each: epochs strictly increase across handles (processes) sharing the store, a batch with a
+//! stale epoch writes nothing, a batch applies atomically and in order, reads see what was
+//! committed, and what was committed survives reopening the store.
+
+use bytes::Bytes;
+use sigx_sidecar::runtime::ActorId;
+use sigx_sidecar::state::memory::MemoryStateStore;
+use sigx_sidecar::state::sqlite::{SqliteStateError, SqliteStateStore};
+use sigx_sidecar::state::{Selection, StateError, StateStore, StateWrite};
+use std::sync::Arc;
+
+fn put(k: &str, v: &str) -> StateWrite {
+    StateWrite::Put {
+        key: k.into(),
+        value: Bytes::copy_from_slice(v.as_bytes()),
+    }
+}
+
+fn del(k: &str) -> StateWrite {
+    StateWrite::Delete { key: k.into() }
+}
+
+async fn get(s: &dyn StateStore, a: &ActorId, epoch: u64, k: &str) -> Option<String> {
+    let got = s
+        .read(a, epoch, &Selection::Keys(vec![k.into()]))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    got[0]
+        .1
+        .as_ref()
+        .map(|v| String::from_utf8(v.to_vec()).unwrap())
+}
+
+/// The promises, for two handles `s1`, `s2` on one store (two processes of one fleet).
+async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
+    let x = ActorId::new("Counter", "x");
+    let y = ActorId::new("Counter", "y");
+
+    // Epochs: strictly increasing per actor, whichever handle issues them; per actor.
+    let e1 = s1.next_epoch(&x).await.unwrap();
+    let e2 = s2.next_epoch(&x).await.unwrap();
+    let e3 = s1.next_epoch(&x).await.unwrap();
+    assert!(
+        e1 < e2 && e2 < e3,
+        "epochs {e1}, {e2}, {e3} must strictly increase"
+    );
+    assert_eq!(s2.next_epoch(&y).await.unwrap(), 1, "epochs are per actor");
+
+    // The current epoch writes; a batch applies in order (put then delete of one key).
+    s1.commit(
+        &x,
+        e3,
+        &[put("a", "1"), put("b", "2"), del("b"), put("c", "3")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(get(&*s2, &x, e3, "a").await.as_deref(), Some("1"));
+    assert_eq!(get(&*s2, &x, e3, "b").await, None, "the later delete wins");
+    let all = s2.read(&x, e3, &Selection::All).await.unwrap();
+    let keys: Vec<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["a", "c"], "All lists entries in key order");
+
+    // A newer activation supersedes: the old epoch's batch writes nothing, not even in part.
+    let e4 = s2.next_epoch(&x).await.unwrap();
+    let refused = s1
+        .commit(&x, e3, &[put("a", "stale"), put("z", "stale")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, StateError::StaleEpoch { given, current, .. } if given == e3 && current == e4),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("stale epoch"), "{refused}");
+    assert_eq!(get(&*s1, &x, e4, "a").await.as_deref(), Some("1"));
+    assert_eq!(get(&*s1, &x, e4, "z").await, None);
+    // Reads with the old epoch are refused too: a zombie learns it is one.
+    assert!(matches!(
+        s2.read(&x, e3, &Selection::All).await,
+        Err(StateError::StaleEpoch { .. })
+    ));
+    // An epoch never issued is not current either.
+    assert!(matches!(
+        s1.commit(&x, e4 + 10, &[put("a", "x")]).await,
+        Err(StateError::UnknownEpoch { .. })
+    ));
+    assert!(matches!(
+        s1.commit(&ActorId::new("Counter", "never"), 1, &[put("a", "x")])
+            .await,
+        Err(StateError::UnknownEpoch { .. })
+    ));
+    // The new epoch writes, and binary values round-trip.
+    let bin = Bytes::from_static(&[0, 159, 146, 150, 255]);
+    s2.commit(
+        &x,
+        e4,
+        &[StateWrite::Put {
+            key: "bin".into(),
+            value: bin.clone(),
+        }],
+    )
+    .await
+    .unwrap();
+    let got = s1
+        .read(
+            &x,
+            e4,
+            &Selection::Keys(vec!["bin".into(), "missing".into()]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got[0], ("bin".to_string(), Some(bin)));
+    assert_eq!(got[1], ("missing".to_string(), None));
+    // Other actors are untouched.
+    assert!(
+        s1.read(&y, 1, &Selection::All).await.unwrap().is_empty(),
+        "state is per actor"
+    );
+}
+
+/// Racing handles never issue one epoch twice.
+async fn racing_epochs(handles: Vec<Arc<dyn StateStore>>) {
+    let a = ActorId::new("Counter", "race");
+    let mut tasks = Vec::new();
+    for s in handles {
+        let a = a.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            for _ in 0..50 {
+                got.push(s.next_epoch(&a).await.unwrap());
+            }
+            got
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        let got = t.await.unwrap();
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        all.extend(got);
+    }
+    let n = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), n, "an epoch was issued twice");
+}
+
+#[tokio::test]
+async fn the_memory_store_keeps_the_promises() {
+    let s: Arc<dyn StateStore> = Arc::new(MemoryStateStore::new());
+    suite(s.clone(), s.clone()).await;
+    racing_epochs(vec![s.clone(), s]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_store_keeps_the_promises_across_handles_and_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s1: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
+    let s2: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
+    suite(s1.clone(), s2.clone()).await;
+    racing_epochs(vec![s1.clone(), s2.clone()]).await;
+    drop((s1, s2));
+    // Reopened (a restarted process): the state and the epochs are still there.
+    let s = SqliteStateStore::open(&path).unwrap();
+    let x = ActorId::new("Counter", "x");
+    let e = s.next_epoch(&x).await.unwrap();
+    assert!(e > 4, "epochs survive reopening: got {e}");
+    assert_eq!(get(&s, &x, e, "a").await.as_deref(), Some("1"));
+}
+
+#[test]
+fn a_sqlite_state_file_of_a_newer_schema_or_an_unusable_path_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    drop(SqliteStateStore::open(&path).unwrap());
+    // Opening again is idempotent.
+    drop(SqliteStateStore::open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE sigx_state_schema SET version = 99", [])
+        .unwrap();
+    drop(conn);
+    let err = SqliteStateStore::open(&path).err().expect("too new");
+    assert!(
+        matches!(err, SqliteStateError::TooNew { found: 99, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("schema version 99"), "{err}");
+    let err = SqliteStateStore::open(&dir.path().join("no/such/dir/state.db"))
+        .err()
+        .expect("unopenable");
+    assert!(err.to_string().contains("SIGX_STATE_PATH"), "{err}");
+}
+
+#[test]
+fn batches_over_the_limits_are_refused_with_the_limit_named() {
+    use sigx_sidecar::state::{MAX_BATCH_WRITES, MAX_KEY_BYTES, MAX_VALUE_BYTES, check_batch};
+    let long_key = "k".repeat(MAX_KEY_BYTES + 1);
+    let e = check_batch(&[put(&long_key, "v")]).unwrap_err();
+    assert!(
+        e.to_string().contains("over the limit of 1024 bytes"),
+        "{e}"
+    );
+    let big = StateWrite::Put {
+        key: "big".into(),
+        value: Bytes::from(vec![0u8; MAX_VALUE_BYTES + 1]),
+    };
+    let e = check_batch(&[big]).unwrap_err();
+    assert!(e.to_string().contains("\"big\""), "{e}");
+    let many: Vec<StateWrite> = (0..=MAX_BATCH_WRITES)
+        .map(|i| del(&format!("k{i}")))
+        .collect();
+    let e = check_batch(&many).unwrap_err();
+    assert!(e.to_string().contains("per turn"), "{e}");
+    assert!(
+        check_batch(&[put("", "v")]).is_err(),
+        "empty keys are refused"
+    );
+    assert!(check_batch(&[put("ok", "v"), del("ok")]).is_ok());
+}
