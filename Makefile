@@ -79,6 +79,7 @@ crds:
 bench:
 	$(CARGO) bench -p sigx-sidecar
 	$(CARGO) bench -p sigx-e2e --bench call
+	$(CARGO) bench -p sigx-e2e --bench state
 
 ## bench-chaos: the chaos scenarios at benchmark size on release binaries (>= 100k calls), then
 ## issue 12's single-activation rounds (sidecar SIGSTOP, app restart) 50 times each.

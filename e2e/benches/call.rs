@@ -72,6 +72,12 @@ impl ActorHost for RawEcho {
     ) -> Result<Response<v1::StatusResponse>, Status> {
         Err(Status::unimplemented("baseline"))
     }
+    async fn read_state(
+        &self,
+        _r: Request<v1::ReadStateRequest>,
+    ) -> Result<Response<v1::ReadStateResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
 }
 
 async fn raw_echo_uds(path: &Path) {

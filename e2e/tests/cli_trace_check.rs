@@ -104,14 +104,14 @@ fn the_checker_catches_overlapping_turns_and_turns_outside_the_activation() {
 
 /// One host, many concurrent callers, short idle timeout (so actors deactivate and come back
 /// while calls continue), turns slowed to widen any overlap: the trace must stay clean. Counts
-/// are durable (`COUNTER_STATE_DIR`), so every increment must be in the final value however many
-/// times a busy machine makes an actor idle out.
+/// are durable (the state API; a single host keeps its store in memory for its lifetime), so
+/// every increment must be in the final value however many times a busy machine makes an actor
+/// idle out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees() {
     let scratch = Scratch::new("trace1");
     let socket = scratch.path("s.sock");
     let trace_path = scratch.path("trace.jsonl");
-    let state = scratch.path("state");
     let sidecar = Sidecar::start(&scratch, &socket, &[]);
     let _app = counter_app(
         &scratch,
@@ -120,7 +120,6 @@ async fn one_host_under_concurrent_calls_and_reactivation_keeps_both_guarantees(
             ("COUNTER_TRACE_FILE", trace_path.to_str().unwrap()),
             ("COUNTER_TURN_DELAY_MS", "2"),
             ("COUNTER_IDLE_TIMEOUT_MS", "150"),
-            ("COUNTER_STATE_DIR", state.to_str().unwrap()),
         ],
     );
     sidecar.wait_ready();

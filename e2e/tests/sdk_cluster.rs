@@ -24,14 +24,10 @@ fn two_hosts(scratch: &Scratch) -> Vec<Host> {
             let socket = scratch.path(&format!("h{i}.sock"));
             let sidecar =
                 Sidecar::start_clustered(scratch, &socket, &format!("h{i}"), &db, &secret);
-            // Counts are durable in a directory both apps share, so an actor that moves keeps
-            // its count and a handoff that lost or doubled an increment would show.
-            let state = scratch.path("state");
-            let app = counter_app(
-                scratch,
-                &socket,
-                &[("COUNTER_STATE_DIR", state.to_str().unwrap())],
-            );
+            // Counts are durable in the state store both sidecars share (beside the SQLite
+            // membership file), so an actor that moves keeps its count and a handoff that lost
+            // or doubled an increment would show.
+            let app = counter_app(scratch, &socket, &[]);
             Host {
                 sidecar,
                 _app: app,

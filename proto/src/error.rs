@@ -38,11 +38,14 @@ pub enum ErrorKind {
     Unauthenticated,
     /// The connection died with the call in flight: it may or may not have run. Never retried.
     OutcomeUnknown,
+    /// The turn ran on an activation a newer one had superseded: the state store refused its
+    /// writes (none is stored) and the activation was dropped. Never retried by sigx.
+    StaleEpoch,
 }
 
 impl ErrorKind {
     /// Every kind, in wire order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::Fenced,
         ErrorKind::Unplaceable,
         ErrorKind::Unreachable,
@@ -53,6 +56,7 @@ impl ErrorKind {
         ErrorKind::Invalid,
         ErrorKind::Unauthenticated,
         ErrorKind::OutcomeUnknown,
+        ErrorKind::StaleEpoch,
     ];
 
     /// The kind's stable short name, as in DESIGN.md and the `sigx-error-kind` metadata.
@@ -68,6 +72,7 @@ impl ErrorKind {
             ErrorKind::Invalid => "invalid",
             ErrorKind::Unauthenticated => "unauthenticated",
             ErrorKind::OutcomeUnknown => "outcome-unknown",
+            ErrorKind::StaleEpoch => "stale-epoch",
         }
     }
 
@@ -82,7 +87,7 @@ impl ErrorKind {
             ErrorKind::App => tonic::Code::Unknown,
             ErrorKind::Invalid => tonic::Code::InvalidArgument,
             ErrorKind::Unauthenticated => tonic::Code::Unauthenticated,
-            ErrorKind::OutcomeUnknown => tonic::Code::Aborted,
+            ErrorKind::OutcomeUnknown | ErrorKind::StaleEpoch => tonic::Code::Aborted,
         }
     }
 
@@ -99,6 +104,7 @@ impl ErrorKind {
             ErrorKind::Invalid => v1::ErrorKind::Invalid,
             ErrorKind::Unauthenticated => v1::ErrorKind::Unauthenticated,
             ErrorKind::OutcomeUnknown => v1::ErrorKind::OutcomeUnknown,
+            ErrorKind::StaleEpoch => v1::ErrorKind::StaleEpoch,
         }
     }
 
@@ -115,6 +121,7 @@ impl ErrorKind {
             Ok(v1::ErrorKind::Activation) => ErrorKind::Activation,
             Ok(v1::ErrorKind::Invalid) => ErrorKind::Invalid,
             Ok(v1::ErrorKind::Unauthenticated) => ErrorKind::Unauthenticated,
+            Ok(v1::ErrorKind::StaleEpoch) => ErrorKind::StaleEpoch,
             _ => ErrorKind::OutcomeUnknown,
         }
     }
@@ -207,6 +214,10 @@ impl ActorError {
     /// `outcome-unknown`.
     pub fn outcome_unknown(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::OutcomeUnknown, message)
+    }
+    /// `stale-epoch`.
+    pub fn stale_epoch(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::StaleEpoch, message)
     }
     /// `activation`, wrapping the last answer.
     pub fn activation(message: impl Into<String>, cause: ActorError) -> Self {

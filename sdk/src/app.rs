@@ -461,7 +461,8 @@ impl Dispatcher {
             return bound::refused(turn_id, late_by);
         }
         let fence = self.fence.subscribe();
-        let outcome = match self.prepare(turn, not_after, now) {
+        let batch = Arc::new(std::sync::Mutex::new(crate::storage::Batch::default()));
+        let outcome = match self.prepare(turn, not_after, now, &batch) {
             Ok(run) => {
                 let run = std::panic::AssertUnwindSafe(run).catch_unwind();
                 match bound::run_bounded(run, not_after, &self.wall, fence).await {
@@ -480,12 +481,16 @@ impl Dispatcher {
             }
             Err(e) => Err(e),
         };
+        // Writes travel only with a success: a failed turn writes nothing.
+        let batch = std::mem::take(&mut *batch.lock().unwrap());
+        let (outcome, writes) = match outcome {
+            Ok(payload) => (v1::turn_result::Outcome::Ok(payload), batch.into_writes()),
+            Err(e) => (v1::turn_result::Outcome::Error(turn_error(e)), Vec::new()),
+        };
         v1::TurnResult {
             turn_id,
-            outcome: Some(match outcome {
-                Ok(payload) => v1::turn_result::Outcome::Ok(payload),
-                Err(e) => v1::turn_result::Outcome::Error(turn_error(e)),
-            }),
+            outcome: Some(outcome),
+            writes,
         }
     }
 
@@ -494,6 +499,7 @@ impl Dispatcher {
         turn: v1::Turn,
         not_after: Option<std::time::SystemTime>,
         now: std::time::SystemTime,
+        batch: &Arc<std::sync::Mutex<crate::storage::Batch>>,
     ) -> Result<BoxFuture<Result<Bytes, ActorError>>, ActorError> {
         let actor = turn
             .actor
@@ -510,7 +516,15 @@ impl Dispatcher {
             ),
             None => return Err(ActorError::invalid("the turn has no kind")),
         };
+        let storage = crate::storage::Storage {
+            client: self.client.clone(),
+            actor: actor.clone(),
+            activation_id: Arc::from(turn.activation_id.as_str()),
+            epoch: turn.epoch,
+            batch: batch.clone(),
+        };
         let ctx = Context {
+            storage,
             actor_type: Arc::from(actor.actor_type.as_str()),
             key: Arc::from(actor.key.as_str()),
             activation_id: Arc::from(turn.activation_id.as_str()),

@@ -100,5 +100,6 @@ fn error(turn_id: u64, kind: ErrorKind, message: String) -> v1::TurnResult {
             kind: kind.to_proto() as i32,
             message,
         })),
+        writes: Vec::new(),
     }
 }

@@ -22,6 +22,7 @@ pub struct Context {
     pub(crate) deadline: Option<Instant>,
     pub(crate) host_id: Arc<str>,
     pub(crate) client: Client,
+    pub(crate) storage: crate::storage::Storage,
 }
 
 impl std::fmt::Debug for Context {
@@ -106,6 +107,18 @@ impl Context {
     /// A client for calling other actors through the same sidecar.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The actor's durable state: reads now, writes committed with the turn's result.
+    pub fn storage(&self) -> &crate::storage::Storage {
+        &self.storage
+    }
+
+    /// The activation's epoch (0 for workers): strictly greater than every earlier
+    /// activation's of this actor, fleet-wide. Use it as the fencing token for external
+    /// systems: store it with what you write, refuse writes with a lower one.
+    pub fn epoch(&self) -> u64 {
+        self.storage.epoch
     }
 }
 

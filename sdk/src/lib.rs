@@ -55,6 +55,7 @@ mod context;
 mod members;
 pub mod payload;
 mod serve;
+mod storage;
 
 pub use app::{ActorType, App, Dispatcher, WorkerType};
 pub use bound::WallClock;
@@ -65,6 +66,7 @@ pub use members::{Host, HostStatus, MemberFilter, Members};
 pub use serve::{Backoff, ServeError, ServeHandle, ServeState};
 pub use sigx_proto::v1::DeactivateReason;
 pub use sigx_proto::{ActorError, ErrorKind};
+pub use storage::Storage;
 
 /// The generated wire types, for apps that need the raw messages.
 pub use sigx_proto::v1 as proto;

@@ -104,6 +104,13 @@ impl ActorHost for Echo {
             ..Default::default()
         }))
     }
+
+    async fn read_state(
+        &self,
+        _: Request<v1::ReadStateRequest>,
+    ) -> Result<Response<v1::ReadStateResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
 }
 
 /// A stand-in sidecar serving [`Echo`] on `socket`, counting the connections it accepts.

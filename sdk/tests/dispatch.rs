@@ -25,6 +25,7 @@ fn turn(id: u64, key: &str, activation: &str, kind: turn::Kind) -> v1::Turn {
         activation_id: activation.into(),
         timeout_ms: 0,
         not_after_unix_ms: 0,
+        epoch: 1,
         kind: Some(kind),
     }
 }
@@ -343,4 +344,58 @@ fn malformed_declarations_are_refused_before_any_connection() {
     );
 
     assert!(counter_app(Default::default()).validate().is_ok());
+}
+
+/// A turn's writes travel with its `ok` result, in order, and reads inside the turn see them;
+/// a failed turn writes nothing (no sidecar is needed: the reads hit the turn's own writes).
+#[tokio::test]
+async fn a_turns_writes_travel_with_its_success_only_and_reads_see_them() {
+    let counter = ActorType::new("Counter", |_ctx: Context| async { Ok(()) })
+        .json_method("save", |ctx, n: i64| async move {
+            let st = ctx.storage();
+            st.put("count", &n)?;
+            st.put_bytes("raw", Bytes::from_static(b"x"));
+            st.delete("raw");
+            // Read-your-writes: the pending put and delete, before any commit.
+            let seen: Option<i64> = st.get("count").await?;
+            let raw = st.get_bytes("raw").await?;
+            Ok((seen, raw.is_none(), st.epoch()))
+        })
+        .json_method("save-then-fail", |ctx, n: i64| async move {
+            ctx.storage().put("count", &n)?;
+            Err::<(), _>(ActorError::app("changed my mind"))
+        });
+    let d = App::new("t").actor(counter).into_dispatcher(client());
+    ok(d.handle(activate(1, "a", "A")).await);
+    let r = d.handle(invoke(2, "a", "A", "save", "7")).await;
+    let writes = r.writes.clone();
+    assert_eq!(ok(r), "[7,true,1]");
+    let ops: Vec<(String, Option<Vec<u8>>)> = writes
+        .into_iter()
+        .map(|w| {
+            (
+                w.key,
+                match w.op {
+                    Some(v1::state_write::Op::Put(v)) => Some(v.to_vec()),
+                    _ => None,
+                },
+            )
+        })
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("count".to_string(), Some(b"7".to_vec())),
+            ("raw".to_string(), Some(b"x".to_vec())),
+            ("raw".to_string(), None),
+        ],
+        "the batch in the order written"
+    );
+    let r = d.handle(invoke(3, "a", "A", "save-then-fail", "8")).await;
+    assert!(
+        r.writes.is_empty(),
+        "a failed turn writes nothing: {:?}",
+        r.writes
+    );
+    assert_eq!(err(r).0, ErrorKind::App);
 }

@@ -84,6 +84,7 @@ fn turn(id: u64, kind: turn::Kind, not_after_unix_ms: i64) -> v1::Turn {
         activation_id: "act-1".into(),
         timeout_ms: 30_000,
         not_after_unix_ms,
+        epoch: 1,
         kind: Some(kind),
     }
 }

@@ -260,6 +260,7 @@ async fn sigterm_ends_the_serve_stream_with_ok_after_the_drain() {
             msg: Some(v1::app_message::Msg::Result(v1::TurnResult {
                 turn_id: turn.turn_id,
                 outcome: Some(v1::turn_result::Outcome::Ok(Default::default())),
+                writes: Vec::new(),
             })),
         })
         .unwrap();

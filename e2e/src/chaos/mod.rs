@@ -108,7 +108,7 @@ fn signal(pid: i32, sig: Signal) {
 
 /// A fleet of pods on one machine.
 pub struct Fleet {
-    /// The fleet's scratch directory (logs, sockets, membership DB, trace, state).
+    /// The fleet's scratch directory (logs, sockets, the membership and state DBs, trace).
     pub dir: tempfile::TempDir,
     cfg: FleetConfig,
     /// Every pod ever started, in order.
@@ -154,7 +154,6 @@ impl Fleet {
         let dir = tempfile::tempdir().expect("tempdir");
         let secret_file = dir.path().join("secret");
         std::fs::write(&secret_file, format!("chaos-{}", std::process::id())).unwrap();
-        std::fs::create_dir_all(dir.path().join("state")).unwrap();
         let mut fleet = Fleet {
             dir,
             cfg,
@@ -231,7 +230,6 @@ impl Fleet {
             .env("SIGX_LOG", "warn")
             .env("SIGX_SOCKET", &socket)
             .env("COUNTER_TRACE_FILE", self.trace_file())
-            .env("COUNTER_STATE_DIR", self.dir.path().join("state"))
             .env("COUNTER_TURN_DELAY_MS", self.cfg.turn_delay_ms.to_string())
             .stdout(Stdio::null())
             .stderr(log("app"))
@@ -356,7 +354,6 @@ impl Fleet {
     /// is started (not once the sidecar has taken it back; callers see that through probes).
     pub async fn restart_app(&mut self, i: usize) {
         let trace = self.trace_file();
-        let state = self.dir.path().join("state");
         self.app_restarts += 1;
         let log = self.dir.path().join(format!(
             "{}.app.restart-{}.log",
@@ -372,7 +369,6 @@ impl Fleet {
             .env("SIGX_LOG", "warn")
             .env("SIGX_SOCKET", &pod.socket)
             .env("COUNTER_TRACE_FILE", trace)
-            .env("COUNTER_STATE_DIR", state)
             .env("COUNTER_TURN_DELAY_MS", self.cfg.turn_delay_ms.to_string())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())

@@ -95,6 +95,7 @@ fn turn_error(turn_id: u64, kind: sigx_proto::ErrorKind, message: &str) -> v1::T
             kind: kind.to_proto() as i32,
             message: message.to_string(),
         })),
+        writes: Vec::new(),
     }
 }
 
@@ -194,6 +195,7 @@ async fn serve(
                     outcome: Some(v1::turn_result::Outcome::Ok(bytes::Bytes::from_static(
                         b"ok",
                     ))),
+                    writes: Vec::new(),
                 }
             });
         });

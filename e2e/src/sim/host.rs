@@ -80,6 +80,7 @@ pub async fn run(
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(2),
             clock: shared_clock.clone(),
+            state: shared.state.clone(),
             ..RuntimeConfig::default()
         },
         late_gate.clone(),

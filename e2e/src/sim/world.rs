@@ -247,6 +247,9 @@ pub struct Shared {
     pub load: AtomicBool,
     /// Reference counts of held links (a partition and a suspend may hold the same pair).
     pub holds: Mutex<BTreeMap<(String, String), u32>>,
+    /// The fleet's state store, shared by every host as a real cluster shares its database:
+    /// epochs are fleet-wide.
+    pub state: Arc<sigx_sidecar::state::memory::MemoryStateStore>,
 }
 
 impl Default for Shared {
@@ -259,6 +262,7 @@ impl Default for Shared {
             hosts: Mutex::default(),
             load: AtomicBool::new(false),
             holds: Mutex::default(),
+            state: Arc::default(),
         }
     }
 }

@@ -6,9 +6,10 @@
 //!   and the host id (to see where an actor lives and when it was re-activated).
 //! * `Echo.echo` returns its payload; `Echo.whereami` returns the host id that ran it.
 //!
-//! With `COUNTER_STATE_DIR` set, counts are durable: written through to one file per counter on
-//! every increment and read back on activation, with the activation id as a fencing token (see
-//! `store.rs`), so a count survives idle deactivation, handoffs between hosts and crashes.
+//! Counts are durable in the sidecar's state store (`ctx.storage()`, DESIGN.md §11): every
+//! increment writes the key `count`, committed before its caller sees the new value, and each
+//! activation reads it back, so a count survives idle deactivation, handoffs between hosts and
+//! crashes. The store fences by epoch: an activation a newer one superseded cannot write.
 //!
 //! With `SIGX_ACTORS` / `SIGX_WORKERS` set (the operator sets them from the ActorRole, and the
 //! sidecar accepts a registration only of exactly those types), the app registers exactly the
@@ -21,14 +22,12 @@
 //! overlapped, and that no two turns of one activation did.
 #![forbid(unsafe_code)]
 
-mod store;
 mod trace;
 
 use clap::Parser;
 use sigx_sdk::{ActorError, ActorType, App, Client, Context, DEFAULT_SOCKET, WorkerType};
 use std::path::PathBuf;
 use std::time::Duration;
-use store::Store;
 use trace::{Event, Trace};
 
 #[derive(Debug, Parser)]
@@ -45,10 +44,6 @@ struct Args {
     /// Append activation and turn events here, one JSON object per line (a test hook).
     #[arg(long, env = "COUNTER_TRACE_FILE")]
     trace_file: Option<PathBuf>,
-
-    /// Keep counts in this directory, one file per counter (durable across activations).
-    #[arg(long, env = "COUNTER_STATE_DIR")]
-    state_dir: Option<PathBuf>,
 
     /// Deactivate a counter after this long without calls (default: the sidecar's, 5 min).
     #[arg(long, env = "COUNTER_IDLE_TIMEOUT_MS")]
@@ -179,36 +174,20 @@ async fn traced<T>(
     body.await
 }
 
-/// Runs a store operation off the async threads; its failure is the actor's own (`app`).
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, store::StoreError> + Send + 'static,
-) -> Result<T, ActorError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(|e| ActorError::app(e.to_string())),
-        Err(e) => Err(ActorError::app(format!("the store task failed: {e}"))),
-    }
-}
+/// The state key holding a counter's value.
+const COUNT_KEY: &str = "count";
 
-fn app(
-    select: Selection,
-    trace: Trace,
-    store: Option<Store>,
-    idle: Option<Duration>,
-    delay: Duration,
-) -> App {
+fn app(select: Selection, trace: Trace, idle: Option<Duration>, delay: Duration) -> App {
     let t = trace.clone();
-    let s = store.clone();
     let mut counter = ActorType::new("Counter", move |ctx: Context| {
         let t = t.clone();
-        let s = s.clone();
         async move {
-            let value = match s {
-                Some(store) => {
-                    let (key, activation) =
-                        (ctx.key().to_string(), ctx.activation_id().to_string());
-                    blocking(move || store.claim(&key, &activation)).await?
-                }
-                None => 0,
+            // A turn without an epoch comes from a sidecar without state (or a unit test
+            // driving the dispatcher directly): the count then lives in memory only.
+            let value = if ctx.epoch() == 0 {
+                0
+            } else {
+                ctx.storage().get::<i64>(COUNT_KEY).await?.unwrap_or(0)
             };
             Ok(Count {
                 value,
@@ -228,7 +207,6 @@ fn app(
     let counter = counter
         .json_method("increment", move |ctx, amount: Option<i64>| {
             let t = t1.clone();
-            let store = store.clone();
             async move {
                 traced(&t, &ctx, delay, async {
                     let mut count = ctx.state().await;
@@ -238,10 +216,10 @@ fn app(
                         .ok_or_else(|| {
                             ActorError::app(format!("{}: the count would overflow", ctx.key()))
                         })?;
-                    if let Some(store) = store {
-                        let (key, activation) =
-                            (ctx.key().to_string(), ctx.activation_id().to_string());
-                        blocking(move || store.save(&key, &activation, next)).await?;
+                    if ctx.epoch() != 0 {
+                        // Committed with the turn's answer: the caller sees `next` only once
+                        // it is durable, and a superseded activation's write is refused.
+                        ctx.storage().put(COUNT_KEY, &next)?;
                     }
                     count.value = next;
                     Ok(count.value)
@@ -308,7 +286,6 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let select = select(args.actors.as_deref(), args.workers.as_deref())?;
-    let store = args.state_dir.as_deref().map(Store::open).transpose()?;
     let trace = match &args.trace_file {
         Some(path) => Trace::open(path)?,
         None => Trace::off(),
@@ -323,7 +300,6 @@ async fn main() -> anyhow::Result<()> {
     app(
         select,
         trace,
-        store,
         args.idle_timeout_ms.map(Duration::from_millis),
         Duration::from_millis(args.turn_delay_ms),
     )
@@ -348,6 +324,7 @@ mod tests {
             activation_id: activation.into(),
             timeout_ms: 0,
             not_after_unix_ms: 0,
+            epoch: 0,
             kind: Some(kind),
         }
     }
@@ -371,7 +348,7 @@ mod tests {
     }
 
     fn registered(select: Selection) -> (Vec<String>, Vec<String>) {
-        let r = app(select, Trace::off(), None, None, Duration::ZERO).registration();
+        let r = app(select, Trace::off(), None, Duration::ZERO).registration();
         (
             r.actors.into_iter().map(|a| a.name).collect(),
             r.workers.into_iter().map(|w| w.name).collect(),
@@ -429,7 +406,6 @@ mod tests {
             Selection::ALL,
             Trace::open(&path).unwrap(),
             None,
-            None,
             Duration::ZERO,
         )
         .into_dispatcher(Client::lazy("/nonexistent.sock"));
@@ -484,7 +460,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_overflowing_increment_is_an_app_error_and_keeps_the_count() {
-        let d = app(Selection::ALL, Trace::off(), None, None, Duration::ZERO)
+        let d = app(Selection::ALL, Trace::off(), None, Duration::ZERO)
             .into_dispatcher(Client::lazy("/x.sock"));
         ok(
             d.handle(turn_for(1, "A", turn::Kind::Activate(v1::Activate {})))
@@ -503,51 +479,5 @@ mod tests {
             ok(d.handle(call(4, "A", "get", "")).await),
             i64::MAX.to_string()
         );
-    }
-
-    #[tokio::test]
-    async fn with_a_state_dir_the_count_outlives_its_activation_and_fences_a_stale_one() {
-        let dir = std::env::temp_dir().join(format!("counter-state-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir).unwrap();
-        let d = app(
-            Selection::ALL,
-            Trace::off(),
-            Some(store),
-            None,
-            Duration::ZERO,
-        )
-        .into_dispatcher(Client::lazy("/x.sock"));
-        ok(
-            d.handle(turn_for(1, "A1", turn::Kind::Activate(v1::Activate {})))
-                .await,
-        );
-        assert_eq!(ok(d.handle(call(2, "A1", "increment", "5")).await), "5");
-        // A second activation of the same counter (as after a handoff) starts from the count...
-        ok(
-            d.handle(turn_for(3, "A2", turn::Kind::Activate(v1::Activate {})))
-                .await,
-        );
-        assert_eq!(ok(d.handle(call(4, "A2", "get", "")).await), "5");
-        assert_eq!(ok(d.handle(call(5, "A2", "increment", "")).await), "6");
-        // ...and the first one, now stale, cannot write over it.
-        match d.handle(call(6, "A1", "increment", "")).await.outcome {
-            Some(turn_result::Outcome::Error(e)) => {
-                assert_eq!(e.kind, v1::ErrorKind::App as i32);
-                assert!(
-                    e.message.contains("activation A2 claimed it"),
-                    "{}",
-                    e.message
-                );
-            }
-            other => panic!("a stale activation wrote: {other:?}"),
-        }
-        assert_eq!(
-            ok(d.handle(call(7, "A1", "get", "")).await),
-            "5",
-            "its memory is unchanged"
-        );
-        assert_eq!(ok(d.handle(call(8, "A2", "get", "")).await), "6");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

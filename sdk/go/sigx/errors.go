@@ -32,12 +32,16 @@ const (
 	KindActivation      Kind = Kind(pb.ErrorKind_ERROR_KIND_ACTIVATION)
 	KindInvalid         Kind = Kind(pb.ErrorKind_ERROR_KIND_INVALID)
 	KindUnauthenticated Kind = Kind(pb.ErrorKind_ERROR_KIND_UNAUTHENTICATED)
+	// KindStaleEpoch: the turn ran on an activation a newer one had superseded; the state store
+	// refused its writes (none is stored) and the activation was dropped.
+	KindStaleEpoch Kind = Kind(pb.ErrorKind_ERROR_KIND_STALE_EPOCH)
 )
 
 var kindNames = map[Kind]string{
 	KindFenced: "fenced", KindUnplaceable: "unplaceable", KindUnreachable: "unreachable",
 	KindWrongHost: "wrong-host", KindTimeout: "timeout", KindApp: "app",
 	KindActivation: "activation", KindInvalid: "invalid", KindUnauthenticated: "unauthenticated",
+	KindStaleEpoch: "stale-epoch",
 }
 
 // String is the kind's short name, as in the sigx-error-kind metadata entry.

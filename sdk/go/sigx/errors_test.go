@@ -15,7 +15,7 @@ import (
 // TestEveryWireKindDecodesToItsTypedError builds the status the sidecar sends for each kind
 // (google.rpc.Status with one ErrorDetail) and decodes it as a call's error.
 func TestEveryWireKindDecodesToItsTypedError(t *testing.T) {
-	for k := pb.ErrorKind_ERROR_KIND_UNSPECIFIED; k <= pb.ErrorKind_ERROR_KIND_OUTCOME_UNKNOWN; k++ {
+	for k := pb.ErrorKind_ERROR_KIND_UNSPECIFIED; k <= pb.ErrorKind_ERROR_KIND_STALE_EPOCH; k++ {
 		detail := &pb.ErrorDetail{Kind: k, Message: "boom " + k.String(), OwnerHint: "host-b", RetryAfterMs: 40}
 		if k == pb.ErrorKind_ERROR_KIND_ACTIVATION {
 			detail.Cause = &pb.ErrorDetail{Kind: pb.ErrorKind_ERROR_KIND_WRONG_HOST, Message: "moved"}

@@ -36,6 +36,10 @@ const (
 	DeactivateReason_DEACTIVATE_REASON_IDLE DeactivateReason = 1
 	// The host is stopping or handing the actor to another host.
 	DeactivateReason_DEACTIVATE_REASON_SHUTDOWN DeactivateReason = 2
+	// The state store refused this activation's epoch (a newer activation of the actor exists) or
+	// could not store a turn's writes: drop the instance without saving anything. Writes sent with
+	// this turn's result are discarded.
+	DeactivateReason_DEACTIVATE_REASON_SUPERSEDED DeactivateReason = 3
 )
 
 // Enum value maps for DeactivateReason.
@@ -44,11 +48,13 @@ var (
 		0: "DEACTIVATE_REASON_UNSPECIFIED",
 		1: "DEACTIVATE_REASON_IDLE",
 		2: "DEACTIVATE_REASON_SHUTDOWN",
+		3: "DEACTIVATE_REASON_SUPERSEDED",
 	}
 	DeactivateReason_value = map[string]int32{
 		"DEACTIVATE_REASON_UNSPECIFIED": 0,
 		"DEACTIVATE_REASON_IDLE":        1,
 		"DEACTIVATE_REASON_SHUTDOWN":    2,
+		"DEACTIVATE_REASON_SUPERSEDED":  3,
 	}
 )
 
@@ -128,6 +134,289 @@ func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
 }
 
+// Reads state entries of one actor.
+type ReadStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor whose turn is reading.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The activation running the turn (`Turn.activation_id`).
+	ActivationId string `protobuf:"bytes,2,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// Its epoch (`Turn.epoch`).
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The keys to read (at most 1000). Empty with `all` unset reads nothing.
+	Keys []string `protobuf:"bytes,4,rep,name=keys,proto3" json:"keys,omitempty"`
+	// Read every entry of the actor instead, in key order.
+	All           bool `protobuf:"varint,5,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadStateRequest) Reset() {
+	*x = ReadStateRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadStateRequest) ProtoMessage() {}
+
+func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
+func (*ReadStateRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadStateRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *ReadStateRequest) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *ReadStateRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReadStateRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *ReadStateRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+// The entries read.
+type ReadStateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested key, in request order (or every stored entry, for `all`).
+	Entries       []*StateEntry `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadStateResponse) Reset() {
+	*x = ReadStateResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadStateResponse) ProtoMessage() {}
+
+func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
+func (*ReadStateResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ReadStateResponse) GetEntries() []*StateEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// One state entry.
+type StateEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// False when the key holds nothing.
+	Found         bool   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
+	Value         []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateEntry) Reset() {
+	*x = StateEntry{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateEntry) ProtoMessage() {}
+
+func (x *StateEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
+func (*StateEntry) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StateEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateEntry) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *StateEntry) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// One write of a turn's state batch.
+type StateWrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*StateWrite_Put
+	//	*StateWrite_Delete
+	Op            isStateWrite_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateWrite) Reset() {
+	*x = StateWrite{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateWrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateWrite) ProtoMessage() {}
+
+func (x *StateWrite) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateWrite.ProtoReflect.Descriptor instead.
+func (*StateWrite) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *StateWrite) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *StateWrite) GetOp() isStateWrite_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *StateWrite) GetPut() []byte {
+	if x != nil {
+		if x, ok := x.Op.(*StateWrite_Put); ok {
+			return x.Put
+		}
+	}
+	return nil
+}
+
+func (x *StateWrite) GetDelete() bool {
+	if x != nil {
+		if x, ok := x.Op.(*StateWrite_Delete); ok {
+			return x.Delete
+		}
+	}
+	return false
+}
+
+type isStateWrite_Op interface {
+	isStateWrite_Op()
+}
+
+type StateWrite_Put struct {
+	// Sets the key to this value.
+	Put []byte `protobuf:"bytes,2,opt,name=put,proto3,oneof"`
+}
+
+type StateWrite_Delete struct {
+	// Removes the key (absent is fine).
+	Delete bool `protobuf:"varint,3,opt,name=delete,proto3,oneof"`
+}
+
+func (*StateWrite_Put) isStateWrite_Op() {}
+
+func (*StateWrite_Delete) isStateWrite_Op() {}
+
 // A message from the app on its `Serve` stream.
 type AppMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -143,7 +432,7 @@ type AppMessage struct {
 
 func (x *AppMessage) Reset() {
 	*x = AppMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -155,7 +444,7 @@ func (x *AppMessage) String() string {
 func (*AppMessage) ProtoMessage() {}
 
 func (x *AppMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -168,7 +457,7 @@ func (x *AppMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppMessage.ProtoReflect.Descriptor instead.
 func (*AppMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AppMessage) GetMsg() isAppMessage_Msg {
@@ -242,7 +531,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +543,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +556,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
 }
 
 // Registers the app's types with its sidecar.
@@ -285,7 +574,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +586,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +599,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Register) GetActors() []*ActorTypeSpec {
@@ -351,7 +640,7 @@ type ActorTypeSpec struct {
 
 func (x *ActorTypeSpec) Reset() {
 	*x = ActorTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -363,7 +652,7 @@ func (x *ActorTypeSpec) String() string {
 func (*ActorTypeSpec) ProtoMessage() {}
 
 func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -376,7 +665,7 @@ func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTypeSpec.ProtoReflect.Descriptor instead.
 func (*ActorTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ActorTypeSpec) GetName() string {
@@ -422,7 +711,7 @@ type WorkerTypeSpec struct {
 
 func (x *WorkerTypeSpec) Reset() {
 	*x = WorkerTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +723,7 @@ func (x *WorkerTypeSpec) String() string {
 func (*WorkerTypeSpec) ProtoMessage() {}
 
 func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +736,7 @@ func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerTypeSpec.ProtoReflect.Descriptor instead.
 func (*WorkerTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WorkerTypeSpec) GetName() string {
@@ -486,7 +775,7 @@ type SidecarMessage struct {
 
 func (x *SidecarMessage) Reset() {
 	*x = SidecarMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +787,7 @@ func (x *SidecarMessage) String() string {
 func (*SidecarMessage) ProtoMessage() {}
 
 func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +800,7 @@ func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
 func (*SidecarMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SidecarMessage) GetMsg() isSidecarMessage_Msg {
@@ -589,7 +878,7 @@ type FenceNotice struct {
 
 func (x *FenceNotice) Reset() {
 	*x = FenceNotice{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +890,7 @@ func (x *FenceNotice) String() string {
 func (*FenceNotice) ProtoMessage() {}
 
 func (x *FenceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +903,7 @@ func (x *FenceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
 func (*FenceNotice) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FenceNotice) GetReason() string {
@@ -637,7 +926,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +938,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +951,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Registered) GetHostId() string {
@@ -715,6 +1004,12 @@ type Turn struct {
 	// external writes with the activation's epoch (the state store's fencing token, issue 13 /
 	// DESIGN.md §11) — the store refuses a stale epoch — or with `activation_id` until then.
 	NotAfterUnixMs int64 `protobuf:"varint,8,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	// The activation's epoch, taken from the state store when it activated: strictly greater than
+	// every earlier epoch of this actor, fleet-wide and forever (DESIGN.md §11). Every turn of one
+	// activation carries the same epoch. Use it as the fencing token for systems outside sigx:
+	// store it with what you write there, and refuse a write whose epoch is lower than the one
+	// stored. sigx's own state store does exactly that. 0 for workers.
+	Epoch uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*Turn_Activate
@@ -727,7 +1022,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -739,7 +1034,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +1047,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -786,6 +1081,13 @@ func (x *Turn) GetTimeoutMs() uint64 {
 func (x *Turn) GetNotAfterUnixMs() int64 {
 	if x != nil {
 		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
+func (x *Turn) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
 	}
 	return 0
 }
@@ -858,7 +1160,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1172,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1185,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 // Invokes a method.
@@ -899,7 +1201,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -911,7 +1213,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -924,7 +1226,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -951,7 +1253,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1265,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1278,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -995,14 +1297,20 @@ type TurnResult struct {
 	//
 	//	*TurnResult_Ok
 	//	*TurnResult_Error
-	Outcome       isTurnResult_Outcome `protobuf_oneof:"outcome"`
+	Outcome isTurnResult_Outcome `protobuf_oneof:"outcome"`
+	// The turn's state writes, applied in order as one atomic batch under the turn's epoch, only
+	// with an `ok` outcome (a failed turn writes nothing). The caller is answered only once the
+	// batch is durable; a refused batch (a stale epoch, a limit) answers the caller an error
+	// instead of `ok`, and drops the activation. Limits: keys 1..=1024 bytes, values up to 1 MiB,
+	// up to 1000 writes and 4 MiB per turn. Ignored on Deactivate turns with reason SUPERSEDED.
+	Writes        []*StateWrite `protobuf:"bytes,4,rep,name=writes,proto3" json:"writes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1322,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1335,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -1058,6 +1366,13 @@ func (x *TurnResult) GetError() *TurnError {
 		if x, ok := x.Outcome.(*TurnResult_Error); ok {
 			return x.Error
 		}
+	}
+	return nil
+}
+
+func (x *TurnResult) GetWrites() []*StateWrite {
+	if x != nil {
+		return x.Writes
 	}
 	return nil
 }
@@ -1096,7 +1411,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1423,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1436,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -1156,7 +1471,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1483,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1496,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -1223,7 +1538,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1550,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1563,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -1270,7 +1585,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1597,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1610,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -1326,7 +1641,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1653,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1666,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -1385,7 +1700,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1712,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1725,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -1456,7 +1771,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1783,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1796,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
 }
 
 // Live activations of one type.
@@ -1495,7 +1810,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1822,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1835,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -1560,7 +1875,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1887,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1900,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -1641,7 +1956,26 @@ var File_sigx_actors_v1_app_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
-	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xb0\x01\n" +
+	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xa3\x01\n" +
+	"\x10ReadStateRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
+	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x12\n" +
+	"\x04keys\x18\x04 \x03(\tR\x04keys\x12\x10\n" +
+	"\x03all\x18\x05 \x01(\bR\x03all\"I\n" +
+	"\x11ReadStateResponse\x124\n" +
+	"\aentries\x18\x01 \x03(\v2\x1a.sigx.actors.v1.StateEntryR\aentries\"J\n" +
+	"\n" +
+	"StateEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05found\x18\x02 \x01(\bR\x05found\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"R\n" +
+	"\n" +
+	"StateWrite\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x03put\x18\x02 \x01(\fH\x00R\x03put\x12\x18\n" +
+	"\x06delete\x18\x03 \x01(\bH\x00R\x06deleteB\x04\n" +
+	"\x02op\"\xb0\x01\n" +
 	"\n" +
 	"AppMessage\x126\n" +
 	"\bregister\x18\x01 \x01(\v2\x18.sigx.actors.v1.RegisterH\x00R\bregister\x124\n" +
@@ -1674,14 +2008,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xee\x02\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\x84\x03\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x12)\n" +
-	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x126\n" +
+	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x12\x14\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\x126\n" +
 	"\bactivate\x18\x05 \x01(\v2\x18.sigx.actors.v1.ActivateH\x00R\bactivate\x120\n" +
 	"\x06invoke\x18\x06 \x01(\v2\x16.sigx.actors.v1.InvokeH\x00R\x06invoke\x12<\n" +
 	"\n" +
@@ -1695,12 +2030,13 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\"F\n" +
 	"\n" +
 	"Deactivate\x128\n" +
-	"\x06reason\x18\x01 \x01(\x0e2 .sigx.actors.v1.DeactivateReasonR\x06reason\"u\n" +
+	"\x06reason\x18\x01 \x01(\x0e2 .sigx.actors.v1.DeactivateReasonR\x06reason\"\xa9\x01\n" +
 	"\n" +
 	"TurnResult\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12\x10\n" +
 	"\x02ok\x18\x02 \x01(\fH\x00R\x02ok\x121\n" +
-	"\x05error\x18\x03 \x01(\v2\x19.sigx.actors.v1.TurnErrorH\x00R\x05errorB\t\n" +
+	"\x05error\x18\x03 \x01(\v2\x19.sigx.actors.v1.TurnErrorH\x00R\x05error\x122\n" +
+	"\x06writes\x18\x04 \x03(\v2\x1a.sigx.actors.v1.StateWriteR\x06writesB\t\n" +
 	"\aoutcome\"T\n" +
 	"\tTurnError\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.sigx.actors.v1.ErrorKindR\x04kind\x12\x18\n" +
@@ -1741,14 +2077,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x04view\x18\a \x01(\v2\x1f.sigx.actors.v1.MembersResponseR\x04view\x1a;\n" +
 	"\rCountersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*q\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*\x93\x01\n" +
 	"\x10DeactivateReason\x12!\n" +
 	"\x1dDEACTIVATE_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEACTIVATE_REASON_IDLE\x10\x01\x12\x1e\n" +
-	"\x1aDEACTIVATE_REASON_SHUTDOWN\x10\x02*S\n" +
+	"\x1aDEACTIVATE_REASON_SHUTDOWN\x10\x02\x12 \n" +
+	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
-	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xce\x03\n" +
+	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xa0\x04\n" +
 	"\tActorHost\x12G\n" +
 	"\x05Serve\x12\x1a.sigx.actors.v1.AppMessage\x1a\x1e.sigx.actors.v1.SidecarMessage(\x010\x01\x12A\n" +
 	"\x04Call\x12\x1b.sigx.actors.v1.CallRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12J\n" +
@@ -1756,7 +2093,8 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"DispatchOn\x12!.sigx.actors.v1.DispatchOnRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12Q\n" +
 	"\fWatchMembers\x12\x1e.sigx.actors.v1.MembersRequest\x1a\x1f.sigx.actors.v1.MembersResponse0\x01\x12G\n" +
-	"\x06Status\x12\x1d.sigx.actors.v1.StatusRequest\x1a\x1e.sigx.actors.v1.StatusResponseb\x06proto3"
+	"\x06Status\x12\x1d.sigx.actors.v1.StatusRequest\x1a\x1e.sigx.actors.v1.StatusResponse\x12P\n" +
+	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponseb\x06proto3"
 
 var (
 	file_sigx_actors_v1_app_proto_rawDescOnce sync.Once
@@ -1771,78 +2109,87 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(DeactivateReason)(0),     // 0: sigx.actors.v1.DeactivateReason
 	(MemberStatusFilter)(0),   // 1: sigx.actors.v1.MemberStatusFilter
-	(*AppMessage)(nil),        // 2: sigx.actors.v1.AppMessage
-	(*Drain)(nil),             // 3: sigx.actors.v1.Drain
-	(*Register)(nil),          // 4: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),     // 5: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),    // 6: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),    // 7: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),       // 8: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),        // 9: sigx.actors.v1.Registered
-	(*Turn)(nil),              // 10: sigx.actors.v1.Turn
-	(*Activate)(nil),          // 11: sigx.actors.v1.Activate
-	(*Invoke)(nil),            // 12: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),        // 13: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),        // 14: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),         // 15: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),       // 16: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),      // 17: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),    // 18: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),   // 19: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil), // 20: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),     // 21: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),   // 22: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),    // 23: sigx.actors.v1.StatusResponse
-	nil,                       // 24: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),          // 25: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),            // 26: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),    // 27: sigx.actors.v1.HostDescriptor
+	(*ReadStateRequest)(nil),  // 2: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil), // 3: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),        // 4: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),        // 5: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),        // 6: sigx.actors.v1.AppMessage
+	(*Drain)(nil),             // 7: sigx.actors.v1.Drain
+	(*Register)(nil),          // 8: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),     // 9: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),    // 10: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),    // 11: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),       // 12: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),        // 13: sigx.actors.v1.Registered
+	(*Turn)(nil),              // 14: sigx.actors.v1.Turn
+	(*Activate)(nil),          // 15: sigx.actors.v1.Activate
+	(*Invoke)(nil),            // 16: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),        // 17: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),        // 18: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),         // 19: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),       // 20: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),      // 21: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),    // 22: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),   // 23: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil), // 24: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),     // 25: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),   // 26: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),    // 27: sigx.actors.v1.StatusResponse
+	nil,                       // 28: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),          // 29: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),            // 30: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),    // 31: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	4,  // 0: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	14, // 1: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	3,  // 2: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	5,  // 3: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	6,  // 4: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	9,  // 5: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	10, // 6: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	8,  // 7: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	25, // 8: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	11, // 9: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	12, // 10: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	13, // 11: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	0,  // 12: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	15, // 13: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	26, // 14: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	25, // 15: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 16: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	27, // 17: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	25, // 18: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	27, // 19: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	22, // 20: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	24, // 21: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	19, // 22: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	2,  // 23: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	16, // 24: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	18, // 25: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	20, // 26: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	18, // 27: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	21, // 28: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	7,  // 29: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	17, // 30: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	19, // 31: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	17, // 32: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	19, // 33: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	23, // 34: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	29, // 0: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	4,  // 1: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	8,  // 2: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	18, // 3: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	7,  // 4: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	9,  // 5: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	10, // 6: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	13, // 7: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	14, // 8: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	12, // 9: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	29, // 10: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	15, // 11: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	16, // 12: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	17, // 13: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	0,  // 14: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	19, // 15: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	5,  // 16: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	30, // 17: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	29, // 18: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 19: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	31, // 20: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	29, // 21: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	31, // 22: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	26, // 23: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	28, // 24: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	23, // 25: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	6,  // 26: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	20, // 27: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	22, // 28: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	24, // 29: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	22, // 30: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	25, // 31: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	2,  // 32: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	11, // 33: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	21, // 34: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	23, // 35: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	21, // 36: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	23, // 37: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	27, // 38: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	3,  // 39: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	33, // [33:40] is the sub-list for method output_type
+	26, // [26:33] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -1852,22 +2199,26 @@ func file_sigx_actors_v1_app_proto_init() {
 	}
 	file_sigx_actors_v1_errors_proto_init()
 	file_sigx_actors_v1_types_proto_init()
-	file_sigx_actors_v1_app_proto_msgTypes[0].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[3].OneofWrappers = []any{
+		(*StateWrite_Put)(nil),
+		(*StateWrite_Delete)(nil),
+	}
+	file_sigx_actors_v1_app_proto_msgTypes[4].OneofWrappers = []any{
 		(*AppMessage_Register)(nil),
 		(*AppMessage_Result)(nil),
 		(*AppMessage_Drain)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[5].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[9].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
 		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[8].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[12].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[12].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -1877,7 +2228,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	ActorHost_DispatchOn_FullMethodName   = "/sigx.actors.v1.ActorHost/DispatchOn"
 	ActorHost_WatchMembers_FullMethodName = "/sigx.actors.v1.ActorHost/WatchMembers"
 	ActorHost_Status_FullMethodName       = "/sigx.actors.v1.ActorHost/Status"
+	ActorHost_ReadState_FullMethodName    = "/sigx.actors.v1.ActorHost/ReadState"
 )
 
 // ActorHostClient is the client API for ActorHost service.
@@ -59,6 +60,10 @@ type ActorHostClient interface {
 	WatchMembers(ctx context.Context, in *MembersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MembersResponse], error)
 	// This host's identity, state, activations and counters.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Reads the durable state of an actor, from inside one of its turns: the activation named
+	// must be live on this host and its epoch still current (else STALE_EPOCH, and the activation
+	// is dropped). Writes do not go through here: they travel with the turn's result.
+	ReadState(ctx context.Context, in *ReadStateRequest, opts ...grpc.CallOption) (*ReadStateResponse, error)
 }
 
 type actorHostClient struct {
@@ -141,6 +146,16 @@ func (c *actorHostClient) Status(ctx context.Context, in *StatusRequest, opts ..
 	return out, nil
 }
 
+func (c *actorHostClient) ReadState(ctx context.Context, in *ReadStateRequest, opts ...grpc.CallOption) (*ReadStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadStateResponse)
+	err := c.cc.Invoke(ctx, ActorHost_ReadState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ActorHostServer is the server API for ActorHost service.
 // All implementations must embed UnimplementedActorHostServer
 // for forward compatibility.
@@ -167,6 +182,10 @@ type ActorHostServer interface {
 	WatchMembers(*MembersRequest, grpc.ServerStreamingServer[MembersResponse]) error
 	// This host's identity, state, activations and counters.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Reads the durable state of an actor, from inside one of its turns: the activation named
+	// must be live on this host and its epoch still current (else STALE_EPOCH, and the activation
+	// is dropped). Writes do not go through here: they travel with the turn's result.
+	ReadState(context.Context, *ReadStateRequest) (*ReadStateResponse, error)
 	mustEmbedUnimplementedActorHostServer()
 }
 
@@ -194,6 +213,9 @@ func (UnimplementedActorHostServer) WatchMembers(*MembersRequest, grpc.ServerStr
 }
 func (UnimplementedActorHostServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedActorHostServer) ReadState(context.Context, *ReadStateRequest) (*ReadStateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ReadState not implemented")
 }
 func (UnimplementedActorHostServer) mustEmbedUnimplementedActorHostServer() {}
 func (UnimplementedActorHostServer) testEmbeddedByValue()                   {}
@@ -306,6 +328,24 @@ func _ActorHost_Status_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActorHost_ReadState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).ReadState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_ReadState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).ReadState(ctx, req.(*ReadStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ActorHost_ServiceDesc is the grpc.ServiceDesc for ActorHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -328,6 +368,10 @@ var ActorHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _ActorHost_Status_Handler,
+		},
+		{
+			MethodName: "ReadState",
+			Handler:    _ActorHost_ReadState_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

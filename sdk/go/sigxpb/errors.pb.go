@@ -45,6 +45,10 @@ const (
 //	UNAUTHENTICATED   UNAUTHENTICATED     a mesh peer failed the HMAC / mTLS check
 //	OUTCOME_UNKNOWN   ABORTED             the connection died with the call in flight: it may or
 //	                                      may not have run. Not an actor error; never retried.
+//	STALE_EPOCH       ABORTED             the turn ran on an activation that a newer one had
+//	                                      superseded: the state store refused its writes (none is
+//	                                      stored) and the activation was dropped. Effects outside
+//	                                      the store may have happened; not retried by sigx.
 type ErrorKind int32
 
 const (
@@ -60,6 +64,7 @@ const (
 	ErrorKind_ERROR_KIND_INVALID         ErrorKind = 8
 	ErrorKind_ERROR_KIND_UNAUTHENTICATED ErrorKind = 9
 	ErrorKind_ERROR_KIND_OUTCOME_UNKNOWN ErrorKind = 10
+	ErrorKind_ERROR_KIND_STALE_EPOCH     ErrorKind = 11
 )
 
 // Enum value maps for ErrorKind.
@@ -76,6 +81,7 @@ var (
 		8:  "ERROR_KIND_INVALID",
 		9:  "ERROR_KIND_UNAUTHENTICATED",
 		10: "ERROR_KIND_OUTCOME_UNKNOWN",
+		11: "ERROR_KIND_STALE_EPOCH",
 	}
 	ErrorKind_value = map[string]int32{
 		"ERROR_KIND_UNSPECIFIED":     0,
@@ -89,6 +95,7 @@ var (
 		"ERROR_KIND_INVALID":         8,
 		"ERROR_KIND_UNAUTHENTICATED": 9,
 		"ERROR_KIND_OUTCOME_UNKNOWN": 10,
+		"ERROR_KIND_STALE_EPOCH":     11,
 	}
 )
 
@@ -213,7 +220,7 @@ const file_sigx_actors_v1_errors_proto_rawDesc = "" +
 	"\n" +
 	"owner_hint\x18\x03 \x01(\tR\townerHint\x12$\n" +
 	"\x0eretry_after_ms\x18\x04 \x01(\x04R\fretryAfterMs\x121\n" +
-	"\x05cause\x18\x05 \x01(\v2\x1b.sigx.actors.v1.ErrorDetailR\x05cause*\xb0\x02\n" +
+	"\x05cause\x18\x05 \x01(\v2\x1b.sigx.actors.v1.ErrorDetailR\x05cause*\xcc\x02\n" +
 	"\tErrorKind\x12\x1a\n" +
 	"\x16ERROR_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11ERROR_KIND_FENCED\x10\x01\x12\x1a\n" +
@@ -226,7 +233,8 @@ const file_sigx_actors_v1_errors_proto_rawDesc = "" +
 	"\x12ERROR_KIND_INVALID\x10\b\x12\x1e\n" +
 	"\x1aERROR_KIND_UNAUTHENTICATED\x10\t\x12\x1e\n" +
 	"\x1aERROR_KIND_OUTCOME_UNKNOWN\x10\n" +
-	"b\x06proto3"
+	"\x12\x1a\n" +
+	"\x16ERROR_KIND_STALE_EPOCH\x10\vb\x06proto3"
 
 var (
 	file_sigx_actors_v1_errors_proto_rawDescOnce sync.Once

@@ -333,14 +333,14 @@ def test_the_counter_example_serves_and_drains_on_sigterm(sidecar: Sidecar) -> N
 
 def test_every_kind_decodes_to_its_own_class() -> None:
     seen = set()
-    for kind in range(errors_pb2.ERROR_KIND_FENCED, errors_pb2.ERROR_KIND_OUTCOME_UNKNOWN + 1):
+    for kind in range(errors_pb2.ERROR_KIND_FENCED, errors_pb2.ERROR_KIND_STALE_EPOCH + 1):
         err = sigx.errors.from_detail(
             errors_pb2.ErrorDetail(kind=kind, message="m", owner_hint="h", retry_after_ms=40)
         )
         assert err.kind == kind and err.message == "m"
         assert isinstance(err, sigx.errors.ActorError) == (kind != errors_pb2.ERROR_KIND_OUTCOME_UNKNOWN)
         seen.add(type(err))
-    assert len(seen) == 10
+    assert len(seen) == 11
     unspecified = sigx.errors.from_detail(errors_pb2.ErrorDetail(kind=0, message="?"))
     assert isinstance(unspecified, OutcomeUnknown)
     wrapped = sigx.errors.from_detail(errors_pb2.ErrorDetail(

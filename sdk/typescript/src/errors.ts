@@ -19,7 +19,8 @@ export type ErrorKind =
   | 'activation'
   | 'invalid'
   | 'unauthenticated'
-  | 'outcome-unknown';
+  | 'outcome-unknown'
+  | 'stale-epoch';
 
 /** What the sidecar said beyond the message, when it said it. */
 export interface ErrorInfo {
@@ -86,6 +87,12 @@ export class OutcomeUnknownError extends ActorError {
   constructor(message: string, info?: ErrorInfo) { super('outcome-unknown', message, info); }
 }
 
+/** The turn ran on an activation a newer one had superseded: the state store refused its writes
+ * (none is stored) and the activation was dropped. Effects outside the store may have happened. */
+export class StaleEpochError extends ActorError {
+  constructor(message: string, info?: ErrorInfo) { super('stale-epoch', message, info); }
+}
+
 type Ctor = new (message: string, info?: ErrorInfo) => ActorError;
 /** errors.proto's numbers → classes. Unspecified (0) and unknown numbers read as outcome-unknown. */
 const BY_NUMBER: Record<number, Ctor> = {
@@ -99,6 +106,7 @@ const BY_NUMBER: Record<number, Ctor> = {
   8: InvalidError,
   9: UnauthenticatedError,
   10: OutcomeUnknownError,
+  11: StaleEpochError,
 };
 
 /** The wire enum name of a kind, for TurnError answers. */

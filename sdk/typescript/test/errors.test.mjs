@@ -19,7 +19,7 @@ const VECTORS = [
   [1, 'fenced', sdk.FencedError], [2, 'unplaceable', sdk.UnplaceableError], [3, 'unreachable', sdk.UnreachableError],
   [4, 'wrong-host', sdk.WrongHostError], [5, 'timeout', sdk.TimeoutError], [6, 'app', sdk.AppError],
   [7, 'activation', sdk.ActivationError], [8, 'invalid', sdk.InvalidError], [9, 'unauthenticated', sdk.UnauthenticatedError],
-  [10, 'outcome-unknown', sdk.OutcomeUnknownError], [0, 'outcome-unknown', sdk.OutcomeUnknownError],
+  [10, 'outcome-unknown', sdk.OutcomeUnknownError], [11, 'stale-epoch', sdk.StaleEpochError], [0, 'outcome-unknown', sdk.OutcomeUnknownError],
 ];
 
 test('every kind decodes to its class', () => {

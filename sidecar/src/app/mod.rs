@@ -301,4 +301,36 @@ impl ActorHost for AppService {
     ) -> Result<Response<v1::StatusResponse>, Status> {
         Ok(Response::new(self.dispatcher.status()))
     }
+
+    async fn read_state(
+        &self,
+        request: Request<v1::ReadStateRequest>,
+    ) -> Result<Response<v1::ReadStateResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        let selection = match (req.all, req.keys.is_empty()) {
+            (true, true) => crate::state::Selection::All,
+            (false, _) => crate::state::Selection::Keys(req.keys),
+            (true, false) => {
+                return Err(ActorError::invalid(
+                    "a state read sets both `all` and `keys`: choose one",
+                )
+                .into());
+            }
+        };
+        let entries = self
+            .runtime
+            .read_state(&actor, &req.activation_id, req.epoch, selection)
+            .await?;
+        Ok(Response::new(v1::ReadStateResponse {
+            entries: entries
+                .into_iter()
+                .map(|(key, value)| v1::StateEntry {
+                    key,
+                    found: value.is_some(),
+                    value: value.unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
 }

@@ -59,6 +59,8 @@ pub enum HostError {
     Membership(String),
     #[error("mesh mTLS (SIGX_MTLS_DIR): {0}")]
     Tls(String),
+    #[error("state store: {0}")]
+    State(String),
     #[error("{0}")]
     Other(String),
 }
@@ -69,7 +71,10 @@ impl HostError {
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            HostError::Membership(_) | HostError::NotASocket(_) | HostError::Tls(_)
+            HostError::Membership(_)
+                | HostError::NotASocket(_)
+                | HostError::Tls(_)
+                | HostError::State(_)
         )
     }
 }
@@ -84,6 +89,8 @@ pub struct HostOptions {
     pub provider: Option<Arc<dyn MembershipProvider>>,
     /// How the mesh dials peers.
     pub connector: Arc<dyn Connector>,
+    /// The state store; `None` builds the one the configuration names.
+    pub state: Option<crate::state::SharedStateStore>,
 }
 
 impl Default for HostOptions {
@@ -92,8 +99,28 @@ impl Default for HostOptions {
             clock: crate::clock::system(),
             provider: None,
             connector: Arc::new(TcpConnector),
+            state: None,
         }
     }
+}
+
+/// The state store a configuration implies: with SQLite membership, the hosts of the machine
+/// share `sigx-state.db` beside the membership file (epochs and state fleet-wide, like the
+/// membership); otherwise an in-memory store, which is the whole truth only for a single host.
+fn default_state_store(cfg: &Config) -> Result<crate::state::SharedStateStore, HostError> {
+    if cfg.membership == MembershipKind::Sqlite {
+        let path = cfg.sqlite_path.with_file_name("sigx-state.db");
+        let store = crate::state::sqlite::SqliteStateStore::open(&path)
+            .map_err(|e| HostError::State(e.to_string()))?;
+        return Ok(Arc::new(store));
+    }
+    if cfg.membership != MembershipKind::None {
+        tracing::warn!(
+            "actor state is kept in memory on this host alone: epochs do not fence across hosts \
+             and state does not survive a restart; give the cluster a shared state store"
+        );
+    }
+    Ok(Arc::new(crate::state::memory::MemoryStateStore::new()))
 }
 
 /// Binds the app socket at `path`: a stale file left by a dead process is replaced, a live
@@ -194,6 +221,13 @@ impl Host {
             )),
             _ => None,
         };
+        // The state store is opened (and its schema created or migrated) before anything binds:
+        // a store that cannot be used is a configuration error (exit 64), not a host that
+        // accepts activations it cannot give epochs.
+        let state_store = match &opts.state {
+            Some(store) => store.clone(),
+            None => default_state_store(&cfg)?,
+        };
         let socket = bind_socket(&cfg.socket)?;
         let health_listener =
             TcpListener::bind(cfg.health_addr)
@@ -244,6 +278,7 @@ impl Host {
                 lifecycle_turn_timeout: cfg.call_timeout,
                 declared_types: cfg.declared_types.clone(),
                 clock: opts.clock.clone(),
+                state: state_store,
             },
             gate,
         );

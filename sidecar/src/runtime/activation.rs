@@ -9,14 +9,14 @@
 //! path of every call, that is two thread switches fewer than a mailbox task in between.
 
 use super::registry::ActorType;
-use super::session::{AppSession, TurnKind, TurnOutcome};
+use super::session::{AppSession, TurnAnswer, TurnKind, TurnOf, TurnOutcome};
 use super::{ActorId, InFlight, Lifecycle, Runtime};
 use bytes::Bytes;
 use sigx_proto::{ActorError, ErrorKind, v1};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 /// Turns a reentrant activation may run at once: its semaphore's permits.
@@ -38,6 +38,11 @@ pub(crate) struct Shared {
     ended: Mutex<Option<ActorError>>,
     /// The app session the activation lives in.
     app: Arc<AppSession>,
+    /// The epoch taken from the state store before the Activate turn (0 until then).
+    epoch: AtomicU64,
+    /// Set when the state store refused the activation (or failed a commit): it takes no more
+    /// turns and ends with a SUPERSEDED Deactivate whose writes are discarded.
+    superseded: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -51,6 +56,18 @@ impl Shared {
             .lock()
             .expect("activation lock")
             .get_or_insert(err);
+    }
+
+    /// The activation's epoch.
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Ends the activation because the state store refused it: callers still to come answer
+    /// `err`, and its task deactivates it (SUPERSEDED).
+    pub(crate) fn supersede(&self, err: ActorError) {
+        self.end(err);
+        self.superseded.send_replace(true);
     }
 
     fn closed_error(&self, actor: &ActorId) -> ActorError {
@@ -92,6 +109,8 @@ impl Activation {
             last_turn_end: Mutex::new(Instant::now()),
             ended: Mutex::new(None),
             app,
+            epoch: AtomicU64::new(0),
+            superseded: watch::channel(false).0,
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
@@ -191,9 +210,13 @@ impl Caller {
         let not_after = rt.lease_not_after(deadline)?;
         rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
+        let epoch = shared.epoch();
         let turn = shared.app.start_turn(
             actor,
-            &self.activation_id,
+            TurnOf {
+                activation_id: &self.activation_id,
+                epoch,
+            },
             TurnKind::Invoke {
                 method: method.to_string(),
                 payload,
@@ -210,6 +233,7 @@ impl Caller {
             rt: rt.clone(),
             actor: actor.clone(),
             method: method.to_string(),
+            epoch,
             slow_at: now + rt.inner.cfg.slow_turn,
         };
         let outcome = {
@@ -229,7 +253,10 @@ impl Caller {
             }
         };
         match outcome {
-            Some(outcome) => {
+            Some(answer) => {
+                // The output gate: the writes are durable before the answer goes out, and
+                // before the next turn is admitted (this one still holds the permit).
+                let outcome = gate(rt, &shared, actor, epoch, answer).await;
                 running.finished(&outcome);
                 rt.settle(outcome)
             }
@@ -248,14 +275,32 @@ impl Caller {
 /// passed, or the caller itself was dropped), it hands the turn to a task of its own that
 /// awaits the answer and only then lets the next turn in.
 struct RunningTurn {
-    turn: Option<Pin<Box<dyn std::future::Future<Output = TurnOutcome> + Send>>>,
+    turn: Option<Pin<Box<dyn std::future::Future<Output = TurnAnswer> + Send>>>,
     permit: Option<OwnedSemaphorePermit>,
     in_flight: Option<InFlight>,
     shared: Arc<Shared>,
     rt: Runtime,
     actor: ActorId,
     method: String,
+    epoch: u64,
     slow_at: Instant,
+}
+
+/// Commits a turn's writes (the output gate); a refusal supersedes the activation.
+async fn gate(
+    rt: &Runtime,
+    shared: &Shared,
+    actor: &ActorId,
+    epoch: u64,
+    answer: TurnAnswer,
+) -> TurnOutcome {
+    let gated = rt.commit_answer(actor, epoch, answer).await;
+    if gated.supersede
+        && let Err(e) = &gated.outcome
+    {
+        shared.supersede(e.clone());
+    }
+    gated.outcome
 }
 
 impl RunningTurn {
@@ -298,6 +343,7 @@ impl Drop for RunningTurn {
             rt: self.rt.clone(),
             actor: self.actor.clone(),
             method: std::mem::take(&mut self.method),
+            epoch: self.epoch,
             slow_at: self.slow_at,
         };
         // Outside a runtime (the process is going down) there is nothing left to wait for.
@@ -305,14 +351,18 @@ impl Drop for RunningTurn {
             return;
         };
         runtime.spawn(async move {
-            let outcome = tokio::select! {
+            let answer = tokio::select! {
                 biased;
-                outcome = &mut turn => outcome,
+                answer = &mut turn => answer,
                 _ = tokio::time::sleep_until(rest.slow_at) => {
                     rest.warn_slow();
                     turn.await
                 }
             };
+            // The caller gave up, but the turn ran: its writes are committed like any other
+            // turn's (the caller was told the outcome is unknown, which stays true).
+            let (rt, shared, actor) = (rest.rt.clone(), rest.shared.clone(), rest.actor.clone());
+            let outcome = gate(&rt, &shared, &actor, rest.epoch, answer).await;
             rest.finished(&outcome);
         });
     }
@@ -332,9 +382,9 @@ async fn lifecycle_turn<F>(
     deadline: Instant,
     turn: F,
     overrun: impl FnOnce(),
-) -> (TurnOutcome, bool)
+) -> (TurnAnswer, bool)
 where
-    F: std::future::Future<Output = TurnOutcome> + Send,
+    F: std::future::Future<Output = TurnAnswer> + Send,
 {
     let _in_flight = InFlight::new(rt);
     let mut turn = std::pin::pin!(turn);
@@ -418,6 +468,31 @@ async fn run(
         return;
     }
     let deadline = Instant::now() + lifecycle;
+    // The epoch, after the claim (so no other activation of the actor can take a newer one
+    // while this one is live, in the fault-free case) and before any app code runs: from now
+    // on, every older activation's writes are refused by the store.
+    let epoch = match tokio::time::timeout_at(deadline, rt.inner.cfg.state.next_epoch(&actor)).await
+    {
+        Ok(Ok(epoch)) => epoch,
+        Ok(Err(e)) => {
+            fail(ActorError::unreachable(format!(
+                "activation of {actor} could not take an epoch from the state store: {e}; it \
+                 never ran"
+            )));
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
+        Err(_) => {
+            fail(ActorError::unreachable(format!(
+                "activation of {actor} could not take an epoch from the {} state store within \
+                 {lifecycle:?}; it never ran",
+                rt.inner.cfg.state.kind()
+            )));
+            gate.release(&actor, &activation_id).await;
+            return;
+        }
+    };
+    shared.epoch.store(epoch, Ordering::SeqCst);
     // The lease is checked at the moment the turn is handed over (DESIGN.md §8).
     let not_after = match rt.lease_not_after(deadline) {
         Ok(not_after) => not_after,
@@ -429,7 +504,10 @@ async fn run(
     };
     let turn = app.start_turn(
         &actor,
-        &activation_id,
+        TurnOf {
+            activation_id: &activation_id,
+            epoch,
+        },
         TurnKind::Activate,
         deadline,
         Instant::now(),
@@ -440,9 +518,11 @@ async fn run(
             "activation of {actor} did not finish within {lifecycle:?}"
         )))
     };
-    let (outcome, overran) =
+    let (answer, overran) =
         lifecycle_turn(&rt, &actor, "<activate>", deadline, turn, overrun).await;
-    let outcome = rt.settle(outcome);
+    // Activate may initialise state: its writes pass the output gate like any turn's.
+    let gated = rt.commit_answer(&actor, epoch, answer).await;
+    let outcome = rt.settle(gated.outcome);
     match outcome {
         Ok(_) if !overran => {}
         Ok(_) => {
@@ -452,15 +532,18 @@ async fn run(
             if let Ok(not_after) = rt.lease_not_after(deadline) {
                 let turn = app.start_turn(
                     &actor,
-                    &activation_id,
+                    TurnOf {
+                        activation_id: &activation_id,
+                        epoch,
+                    },
                     TurnKind::Deactivate(v1::DeactivateReason::Shutdown),
                     deadline,
                     Instant::now(),
                     not_after,
                 );
-                let (outcome, _) =
+                let (answer, _) =
                     lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
-                if let Err(e) = outcome {
+                if let Err(e) = rt.commit_answer(&actor, epoch, answer).await.outcome {
                     tracing::warn!(error = %e, "deactivate turn of a late activation failed");
                 }
             }
@@ -486,12 +569,16 @@ async fn run(
 
     let mut done_signal: Option<oneshot::Sender<()>> = None;
     let mut idle_at = Instant::now() + ty.idle_timeout;
+    let mut superseded = shared.superseded.subscribe();
     let reason = loop {
         tokio::select! {
             biased;
             stop = &mut stop_rx => {
                 done_signal = stop.ok();
                 break v1::DeactivateReason::Shutdown;
+            }
+            _ = async { let _ = superseded.wait_for(|s| *s).await; } => {
+                break v1::DeactivateReason::Superseded;
             }
             _ = app.closed() => {
                 // The app went away: nothing to deactivate. Turns in flight were answered
@@ -552,14 +639,24 @@ async fn run(
             Ok(not_after) => {
                 let turn = app.start_turn(
                     &actor,
-                    &activation_id,
+                    TurnOf {
+                        activation_id: &activation_id,
+                        epoch,
+                    },
                     TurnKind::Deactivate(reason),
                     deadline,
                     Instant::now(),
                     not_after,
                 );
-                let (outcome, _) =
+                let (answer, _) =
                     lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+                // Deactivate saves state; a superseded activation's writes are discarded (the
+                // store would refuse them, or they would overwrite what the failed commit left).
+                let outcome = if reason == v1::DeactivateReason::Superseded {
+                    answer.outcome
+                } else {
+                    rt.commit_answer(&actor, epoch, answer).await.outcome
+                };
                 if let Err(e) = rt.settle(outcome) {
                     tracing::warn!(error = %e, "deactivate turn failed");
                 }

@@ -194,6 +194,7 @@ mod tests {
         app.complete(v1::TurnResult {
             turn_id: turn.turn_id,
             outcome: Some(v1::turn_result::Outcome::Ok(Bytes::from_static(b"ok"))),
+            writes: Vec::new(),
         });
     }
 
@@ -306,6 +307,7 @@ mod tests {
                     kind: kind.to_proto() as i32,
                     message: "past not-after".into(),
                 })),
+                writes: Vec::new(),
             });
             let err = call.await.unwrap().unwrap_err();
             // TIMEOUT: never success, and never an answer the routing loop would retry.

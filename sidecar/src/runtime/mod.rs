@@ -8,12 +8,13 @@
 mod activation;
 pub mod gate;
 mod lease;
+mod output;
 pub mod registry;
 pub mod session;
 
 pub use gate::{ActivationGate, OpenGate};
 pub use registry::{RegistrationError, Registry};
-pub use session::{AppSession, Outstanding, TurnKind, TurnOutcome};
+pub use session::{AppSession, Outstanding, TurnAnswer, TurnKind, TurnOf, TurnOutcome};
 
 use activation::Activation;
 use bytes::Bytes;
@@ -83,6 +84,8 @@ pub struct RuntimeConfig {
     /// The pod's clocks: a turn's not-after is absolute wall-clock time, which the app compares
     /// with its own (same machine) wall clock.
     pub clock: crate::clock::SharedClock,
+    /// The durable state store: epochs and every activation's state.
+    pub state: crate::state::SharedStateStore,
 }
 
 impl fmt::Debug for RuntimeConfig {
@@ -107,6 +110,7 @@ impl Default for RuntimeConfig {
             lifecycle_turn_timeout: Duration::from_secs(30),
             declared_types: None,
             clock: crate::clock::system(),
+            state: Arc::new(crate::state::memory::MemoryStateStore::new()),
         }
     }
 }
@@ -124,6 +128,12 @@ pub struct RuntimeCounters {
     /// Turns the app refused or cancelled at their not-after, or whose answer came back after
     /// the lease lapsed: none of them is reported as success.
     pub turns_past_not_after: AtomicU64,
+    /// Turn batches committed to the state store.
+    pub state_commits: AtomicU64,
+    /// Writes and reads the store refused for a stale epoch (each supersedes an activation).
+    pub stale_epochs: AtomicU64,
+    /// Commits the store failed (each supersedes an activation).
+    pub state_failures: AtomicU64,
 }
 
 impl RuntimeCounters {
@@ -142,6 +152,9 @@ impl RuntimeCounters {
                 "turnsPastNotAfter".to_string(),
                 g(&self.turns_past_not_after),
             ),
+            ("stateCommits".to_string(), g(&self.state_commits)),
+            ("staleEpochs".to_string(), g(&self.stale_epochs)),
+            ("stateFailures".to_string(), g(&self.state_failures)),
         ])
     }
 }
@@ -497,10 +510,14 @@ impl Runtime {
             .counters
             .worker_turns
             .fetch_add(1, Ordering::Relaxed);
-        // Workers hold no identity: their turns are bounded by the caller's deadline alone.
+        // Workers hold no identity: their turns are bounded by the caller's deadline alone,
+        // and they have no state (no epoch): writes they send are refused.
         let turn = app.start_turn(
             actor,
-            "",
+            session::TurnOf {
+                activation_id: "",
+                epoch: 0,
+            },
             TurnKind::Invoke {
                 method: method.to_string(),
                 payload,
@@ -509,6 +526,16 @@ impl Runtime {
             Instant::now(),
             self.not_after(deadline, None),
         );
+        let turn = async move {
+            let answer = turn.await;
+            match answer.outcome {
+                Ok(_) if !answer.writes.is_empty() => Err(ActorError::invalid(
+                    "a worker turn sent state writes, but workers have no state (no identity, \
+                     no epoch); keep state in an actor type",
+                )),
+                outcome => outcome,
+            }
+        };
         let result = self.run_timed(actor, method, deadline, turn).await;
         self.note_error(&result);
         match result {

@@ -6,6 +6,7 @@
 
 use super::ActorId;
 use super::registry::Registry;
+use crate::state::StateWrite;
 use bytes::Bytes;
 use sigx_proto::{ActorError, ErrorKind, v1};
 use std::collections::HashMap;
@@ -16,6 +17,51 @@ use tokio::time::Instant;
 
 /// What the app answered for one turn.
 pub type TurnOutcome = Result<Bytes, ActorError>;
+
+/// Which activation a turn belongs to: its id and epoch (empty and 0 for worker turns).
+#[derive(Debug, Clone, Copy)]
+pub struct TurnOf<'a> {
+    /// The activation id.
+    pub activation_id: &'a str,
+    /// The activation's epoch.
+    pub epoch: u64,
+}
+
+/// The app's whole answer to a turn: its outcome and the state writes it asks to commit (only
+/// with an `ok` outcome; see `TurnResult.writes`).
+#[derive(Debug)]
+pub struct TurnAnswer {
+    /// The result or the error.
+    pub outcome: TurnOutcome,
+    /// The turn's state batch, in order; empty when it wrote nothing.
+    pub writes: Vec<StateWrite>,
+}
+
+impl TurnAnswer {
+    /// An answer without writes.
+    pub fn of(outcome: TurnOutcome) -> Self {
+        TurnAnswer {
+            outcome,
+            writes: Vec::new(),
+        }
+    }
+}
+
+/// The writes of a `TurnResult`, or what is wrong with them.
+fn writes_of(writes: Vec<v1::StateWrite>) -> Result<Vec<StateWrite>, ActorError> {
+    writes
+        .into_iter()
+        .map(|w| match w.op {
+            Some(v1::state_write::Op::Put(value)) => Ok(StateWrite::Put { key: w.key, value }),
+            Some(v1::state_write::Op::Delete(_)) => Ok(StateWrite::Delete { key: w.key }),
+            None => Err(ActorError::invalid(format!(
+                "the app sent a state write for key {:?} with neither put nor delete; nothing \
+                 of the turn's batch was stored",
+                w.key
+            ))),
+        })
+        .collect()
+}
 
 /// The kind of a turn.
 #[derive(Debug, Clone)]
@@ -93,7 +139,7 @@ pub struct AppSession {
     /// What the app registered.
     pub registry: Arc<Registry>,
     tx: Mutex<Option<mpsc::UnboundedSender<Result<v1::SidecarMessage, tonic::Status>>>>,
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnOutcome>>>>,
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<TurnAnswer>>>>,
     next_turn: AtomicU64,
     outstanding: Arc<Outstanding>,
     closed: watch::Sender<bool>,
@@ -168,7 +214,7 @@ impl AppSession {
         let pending = self.pending.lock().expect("pending lock").take();
         self.closed.send_replace(true);
         for waiter in pending.into_iter().flat_map(|p| p.into_values()) {
-            let _ = waiter.send(Err(in_flight_lost(&self.registry.app_name)));
+            let _ = waiter.send(TurnAnswer::of(Err(in_flight_lost(&self.registry.app_name))));
         }
     }
 
@@ -204,7 +250,16 @@ impl AppSession {
                 "the app answered a turn with neither a result nor an error",
             )),
         };
-        let _ = waiter.send(outcome);
+        let answer = match (outcome, writes_of(result.writes)) {
+            (Ok(payload), Ok(writes)) => TurnAnswer {
+                outcome: Ok(payload),
+                writes,
+            },
+            (Ok(_), Err(e)) => TurnAnswer::of(Err(e)),
+            // A failed turn writes nothing: its batch is dropped with it.
+            (Err(e), _) => TurnAnswer::of(Err(e)),
+        };
+        let _ = waiter.send(answer);
     }
 
     /// Sends a turn to the app and returns the future of its answer. The answer future has no
@@ -215,12 +270,16 @@ impl AppSession {
     pub fn start_turn(
         &self,
         actor: &ActorId,
-        activation_id: &str,
+        of: TurnOf<'_>,
         kind: TurnKind,
         deadline: Instant,
         now: Instant,
         not_after_unix_ms: i64,
-    ) -> impl std::future::Future<Output = TurnOutcome> + Send + 'static {
+    ) -> impl std::future::Future<Output = TurnAnswer> + Send + 'static {
+        let TurnOf {
+            activation_id,
+            epoch,
+        } = of;
         let turn_id = self.next_turn.fetch_add(1, Ordering::Relaxed);
         let (waiter, rx) = oneshot::channel();
         let (registered, mut unregistered) = {
@@ -249,6 +308,7 @@ impl AppSession {
                 activation_id: activation_id.to_string(),
                 timeout_ms: deadline.saturating_duration_since(now).as_millis() as u64,
                 not_after_unix_ms,
+                epoch,
                 kind: Some(kind_proto),
             })),
         };
@@ -278,17 +338,17 @@ impl AppSession {
                     .and_then(|p| p.remove(&turn_id));
             }
             if let Some(waiter) = unregistered {
-                let _ = waiter.send(Err(never_sent(&self.registry.app_name)));
+                let _ = waiter.send(TurnAnswer::of(Err(never_sent(&self.registry.app_name))));
             }
         }
         let app = self.registry.app_name.clone();
         async move {
             if !sent {
-                return Err(never_sent(&app));
+                return TurnAnswer::of(Err(never_sent(&app)));
             }
             match rx.await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(in_flight_lost(&app)),
+                Ok(answer) => answer,
+                Err(_) => TurnAnswer::of(Err(in_flight_lost(&app))),
             }
         }
     }

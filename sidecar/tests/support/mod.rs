@@ -197,6 +197,7 @@ impl TestApp {
                         msg: Some(v1::app_message::Msg::Result(v1::TurnResult {
                             turn_id: turn.turn_id,
                             outcome: Some(outcome),
+                            writes: Vec::new(),
                         })),
                     });
                 });

@@ -101,6 +101,14 @@ class Unauthenticated(ActorError):
     kind, name = errors_pb2.ERROR_KIND_UNAUTHENTICATED, "unauthenticated"
 
 
+class StaleEpoch(ActorError):
+    """The turn ran on an activation a newer one had superseded: the state store refused its
+    writes (none is stored) and the activation was dropped. Effects outside the store may have
+    happened; not retried by sigx."""
+
+    kind, name = errors_pb2.ERROR_KIND_STALE_EPOCH, "stale-epoch"
+
+
 class OutcomeUnknown(SigxError):
     """The connection died with the call in flight: it may or may not have run. Not retried."""
 
@@ -123,6 +131,7 @@ BY_KIND: dict[errors_pb2.ErrorKind, type[ActorError]] = {
         ActivationError,
         InvalidError,
         Unauthenticated,
+        StaleEpoch,
     )
 }
 
@@ -204,6 +213,7 @@ __all__ = [
     "ActivationError",
     "InvalidError",
     "Unauthenticated",
+    "StaleEpoch",
     "OutcomeUnknown",
     "ServeError",
     "from_detail",

@@ -14,6 +14,7 @@ class DeactivateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEACTIVATE_REASON_UNSPECIFIED: _ClassVar[DeactivateReason]
     DEACTIVATE_REASON_IDLE: _ClassVar[DeactivateReason]
     DEACTIVATE_REASON_SHUTDOWN: _ClassVar[DeactivateReason]
+    DEACTIVATE_REASON_SUPERSEDED: _ClassVar[DeactivateReason]
 
 class MemberStatusFilter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -22,8 +23,49 @@ class MemberStatusFilter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 DEACTIVATE_REASON_UNSPECIFIED: DeactivateReason
 DEACTIVATE_REASON_IDLE: DeactivateReason
 DEACTIVATE_REASON_SHUTDOWN: DeactivateReason
+DEACTIVATE_REASON_SUPERSEDED: DeactivateReason
 MEMBER_STATUS_FILTER_ACTIVE: MemberStatusFilter
 MEMBER_STATUS_FILTER_ANY: MemberStatusFilter
+
+class ReadStateRequest(_message.Message):
+    __slots__ = ("actor", "activation_id", "epoch", "keys", "all")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    activation_id: str
+    epoch: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    all: bool
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., epoch: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class ReadStateResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[StateEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[StateEntry, _Mapping]]] = ...) -> None: ...
+
+class StateEntry(_message.Message):
+    __slots__ = ("key", "found", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    found: bool
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class StateWrite(_message.Message):
+    __slots__ = ("key", "put", "delete")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    put: bytes
+    delete: bool
+    def __init__(self, key: _Optional[str] = ..., put: _Optional[bytes] = ..., delete: _Optional[bool] = ...) -> None: ...
 
 class AppMessage(_message.Message):
     __slots__ = ("register", "result", "drain")
@@ -96,12 +138,13 @@ class Registered(_message.Message):
     def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "activate", "invoke", "deactivate")
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     NOT_AFTER_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     ACTIVATE_FIELD_NUMBER: _ClassVar[int]
     INVOKE_FIELD_NUMBER: _ClassVar[int]
     DEACTIVATE_FIELD_NUMBER: _ClassVar[int]
@@ -110,10 +153,11 @@ class Turn(_message.Message):
     activation_id: str
     timeout_ms: int
     not_after_unix_ms: int
+    epoch: int
     activate: Activate
     invoke: Invoke
     deactivate: Deactivate
-    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ...) -> None: ...
 
 class Activate(_message.Message):
     __slots__ = ()
@@ -134,14 +178,16 @@ class Deactivate(_message.Message):
     def __init__(self, reason: _Optional[_Union[DeactivateReason, str]] = ...) -> None: ...
 
 class TurnResult(_message.Message):
-    __slots__ = ("turn_id", "ok", "error")
+    __slots__ = ("turn_id", "ok", "error", "writes")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
     turn_id: int
     ok: bytes
     error: TurnError
-    def __init__(self, turn_id: _Optional[int] = ..., ok: _Optional[bytes] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ...) -> None: ...
+    writes: _containers.RepeatedCompositeFieldContainer[StateWrite]
+    def __init__(self, turn_id: _Optional[int] = ..., ok: _Optional[bytes] = ..., error: _Optional[_Union[TurnError, _Mapping]] = ..., writes: _Optional[_Iterable[_Union[StateWrite, _Mapping]]] = ...) -> None: ...
 
 class TurnError(_message.Message):
     __slots__ = ("kind", "message")

@@ -64,6 +64,11 @@ class ActorHostStub:
                 request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.StatusRequest.SerializeToString,
                 response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.ReadState = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/ReadState',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.FromString,
+                _registered_method=True)
 
 
 class ActorHostServicer:
@@ -121,6 +126,15 @@ class ActorHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadState(self, request, context):
+        """Reads the durable state of an actor, from inside one of its turns: the activation named
+        must be live on this host and its epoch still current (else STALE_EPOCH, and the activation
+        is dropped). Writes do not go through here: they travel with the turn's result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ActorHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +167,11 @@ def add_ActorHostServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.StatusRequest.FromString,
                     response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.StatusResponse.SerializeToString,
+            ),
+            'ReadState': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadState,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -317,6 +336,33 @@ class ActorHost:
             '/sigx.actors.v1.ActorHost/Status',
             sigx_dot_actors_dot_v1_dot_app__pb2.StatusRequest.SerializeToString,
             sigx_dot_actors_dot_v1_dot_app__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadState(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/ReadState',
+            sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsigx/actors/v1/errors.proto\x12\x0esigx.actors.v1\"\x9f\x01\n\x0b\x45rrorDetail\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.sigx.actors.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\x12*\n\x05\x63\x61use\x18\x05 \x01(\x0b\x32\x1b.sigx.actors.v1.ErrorDetail*\xb0\x02\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45RROR_KIND_FENCED\x10\x01\x12\x1a\n\x16\x45RROR_KIND_UNPLACEABLE\x10\x02\x12\x1a\n\x16\x45RROR_KIND_UNREACHABLE\x10\x03\x12\x19\n\x15\x45RROR_KIND_WRONG_HOST\x10\x04\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x05\x12\x12\n\x0e\x45RROR_KIND_APP\x10\x06\x12\x19\n\x15\x45RROR_KIND_ACTIVATION\x10\x07\x12\x16\n\x12\x45RROR_KIND_INVALID\x10\x08\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\t\x12\x1e\n\x1a\x45RROR_KIND_OUTCOME_UNKNOWN\x10\nb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsigx/actors/v1/errors.proto\x12\x0esigx.actors.v1\"\x9f\x01\n\x0b\x45rrorDetail\x12\'\n\x04kind\x18\x01 \x01(\x0e\x32\x19.sigx.actors.v1.ErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\x12*\n\x05\x63\x61use\x18\x05 \x01(\x0b\x32\x1b.sigx.actors.v1.ErrorDetail*\xcc\x02\n\tErrorKind\x12\x1a\n\x16\x45RROR_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x45RROR_KIND_FENCED\x10\x01\x12\x1a\n\x16\x45RROR_KIND_UNPLACEABLE\x10\x02\x12\x1a\n\x16\x45RROR_KIND_UNREACHABLE\x10\x03\x12\x19\n\x15\x45RROR_KIND_WRONG_HOST\x10\x04\x12\x16\n\x12\x45RROR_KIND_TIMEOUT\x10\x05\x12\x12\n\x0e\x45RROR_KIND_APP\x10\x06\x12\x19\n\x15\x45RROR_KIND_ACTIVATION\x10\x07\x12\x16\n\x12\x45RROR_KIND_INVALID\x10\x08\x12\x1e\n\x1a\x45RROR_KIND_UNAUTHENTICATED\x10\t\x12\x1e\n\x1a\x45RROR_KIND_OUTCOME_UNKNOWN\x10\n\x12\x1a\n\x16\x45RROR_KIND_STALE_EPOCH\x10\x0b\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,7 +32,7 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sigx.actors.v1.errors_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ERRORKIND']._serialized_start=210
-  _globals['_ERRORKIND']._serialized_end=514
+  _globals['_ERRORKIND']._serialized_end=542
   _globals['_ERRORDETAIL']._serialized_start=48
   _globals['_ERRORDETAIL']._serialized_end=207
 # @@protoc_insertion_point(module_scope)

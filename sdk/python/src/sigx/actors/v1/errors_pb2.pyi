@@ -19,6 +19,7 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_KIND_INVALID: _ClassVar[ErrorKind]
     ERROR_KIND_UNAUTHENTICATED: _ClassVar[ErrorKind]
     ERROR_KIND_OUTCOME_UNKNOWN: _ClassVar[ErrorKind]
+    ERROR_KIND_STALE_EPOCH: _ClassVar[ErrorKind]
 ERROR_KIND_UNSPECIFIED: ErrorKind
 ERROR_KIND_FENCED: ErrorKind
 ERROR_KIND_UNPLACEABLE: ErrorKind
@@ -30,6 +31,7 @@ ERROR_KIND_ACTIVATION: ErrorKind
 ERROR_KIND_INVALID: ErrorKind
 ERROR_KIND_UNAUTHENTICATED: ErrorKind
 ERROR_KIND_OUTCOME_UNKNOWN: ErrorKind
+ERROR_KIND_STALE_EPOCH: ErrorKind
 
 class ErrorDetail(_message.Message):
     __slots__ = ("kind", "message", "owner_hint", "retry_after_ms", "cause")
