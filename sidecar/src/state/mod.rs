@@ -14,9 +14,11 @@
 //! gate) and drops an activation whose write was refused.
 //!
 //! Stores, behind [`StateStore`]: [`memory`] (one process: tests and the simulator), [`sqlite`]
-//! (the embedded default: the hosts of one machine share one file).
+//! (the embedded default: the hosts of one machine share one file), [`postgres`] (production: every
+//! host of a fleet shares one database).
 
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use crate::runtime::ActorId;
