@@ -8,11 +8,12 @@
 mod pg;
 
 use bytes::Bytes;
+use clap::Parser;
 use sigx_sidecar::runtime::ActorId;
 use sigx_sidecar::state::memory::MemoryStateStore;
 use sigx_sidecar::state::postgres::{PostgresStateError, PostgresStateStore};
 use sigx_sidecar::state::sqlite::{SqliteStateError, SqliteStateStore};
-use sigx_sidecar::state::{Selection, StateError, StateStore, StateWrite};
+use sigx_sidecar::state::{Selection, StateError, StateOpenError, StateStore, StateWrite};
 use std::sync::Arc;
 
 fn put(k: &str, v: &str) -> StateWrite {
@@ -366,6 +367,35 @@ async fn a_postgres_store_that_cannot_be_used_is_refused_at_open_by_name() {
     let s = PostgresStateStore::open(&limited).await.unwrap();
     assert_eq!(s.next_epoch(&ActorId::new("T", "k")).await.unwrap(), 1);
 
+    // The factory the sidecar calls opens what the flags name, and names what is wrong.
+    let cfg = |dsn: &str| {
+        sigx_sidecar::config::Args::try_parse_from([
+            "sigx-sidecar",
+            "--membership",
+            "none",
+            "--state",
+            "postgres",
+            "--state-dsn",
+            dsn,
+        ])
+        .unwrap()
+        .validate()
+        .unwrap()
+    };
+    let opened = sigx_sidecar::state::open(&cfg(&dsn)).await.unwrap();
+    assert_eq!(opened.kind(), "postgres");
+    let err = sigx_sidecar::state::open(&cfg(&server.dsn_as(pg::SUPERUSER, "nope", "app")))
+        .await
+        .err()
+        .expect("wrong password");
+    assert!(
+        matches!(
+            err,
+            StateOpenError::Postgres(PostgresStateError::Auth { .. })
+        ),
+        "{err}"
+    );
+
     // Opening again is idempotent; a schema written by a newer sigx is refused by name.
     drop(PostgresStateStore::open(&dsn).await.unwrap());
     server
@@ -377,4 +407,34 @@ async fn a_postgres_store_that_cannot_be_used_is_refused_at_open_by_name() {
         "{err}"
     );
     assert!(err.to_string().contains("schema version 99"), "{err}");
+}
+
+#[tokio::test]
+async fn the_factory_opens_the_memory_and_sqlite_stores_the_flags_name() {
+    use sigx_sidecar::config::Args;
+    let dir = tempfile::tempdir().unwrap();
+    let membership = dir.path().join("membership.db");
+    let cfg = Args::try_parse_from([
+        "sigx-sidecar",
+        "--insecure",
+        "--sqlite-path",
+        membership.to_str().unwrap(),
+    ])
+    .unwrap()
+    .validate()
+    .unwrap();
+    let s = sigx_sidecar::state::open(&cfg).await.unwrap();
+    assert_eq!(s.kind(), "sqlite");
+    assert!(
+        dir.path().join("sigx-state.db").is_file(),
+        "the state file sits next to the membership file"
+    );
+    let cfg = Args::try_parse_from(["sigx-sidecar", "--membership", "none"])
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(
+        sigx_sidecar::state::open(&cfg).await.unwrap().kind(),
+        "memory"
+    );
 }

@@ -35,6 +35,11 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one operation may take, checkout included, before it answers `Unavailable`.
 const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// `host:port/database` of a connection string's config, for messages (never the password).
+pub fn describe_target(config: &tokio_postgres::Config) -> String {
+    schema::target(config)
+}
+
 /// A host's handle on the PostgreSQL state store.
 pub struct PostgresStateStore {
     pool: Arc<Pool>,
