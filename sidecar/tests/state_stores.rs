@@ -118,6 +118,13 @@ async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
         .unwrap();
     assert_eq!(got[0], ("bin".to_string(), Some(bin)));
     assert_eq!(got[1], ("missing".to_string(), None));
+    // A key named twice is answered twice.
+    let twice = s2
+        .read(&x, e4, &Selection::Keys(vec!["a".into(), "a".into()]))
+        .await
+        .unwrap();
+    assert_eq!(twice[0], twice[1], "{twice:?}");
+    assert!(twice[1].1.is_some(), "{twice:?}");
     // Other actors are untouched.
     assert!(
         s1.read(&y, 1, &Selection::All).await.unwrap().is_empty(),

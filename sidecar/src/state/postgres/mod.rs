@@ -234,10 +234,13 @@ impl StateStore for PostgresStateStore {
                         .query(&c.stmts.read_keys, &[&t, &k, keys])
                         .await
                         .map_err(failed)?;
-                    let mut found: HashMap<String, Vec<u8>> =
-                        rows.into_iter().map(|r| (r.get(0), r.get(1))).collect();
+                    let found: HashMap<String, Bytes> = rows
+                        .into_iter()
+                        .map(|r| (r.get(0), Bytes::from(r.get::<_, Vec<u8>>(1))))
+                        .collect();
+                    // In the order asked, a key named twice answered twice.
                     keys.iter()
-                        .map(|key| (key.clone(), found.remove(key).map(Bytes::from)))
+                        .map(|key| (key.clone(), found.get(key).cloned()))
                         .collect()
                 }
                 Selection::All => c

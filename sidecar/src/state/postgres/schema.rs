@@ -68,8 +68,9 @@ pub enum PostgresStateError {
     /// The user may connect but not create or use the tables.
     #[error(
         "user {user:?} lacks a privilege the state store needs at {target}: {reason}; grant it \
-         CREATE on the schema (to create the tables once) and SELECT, INSERT, UPDATE, DELETE on \
-         sigx_actor_epochs and sigx_actor_state"
+         CREATE on the schema (to create the tables once), SELECT on sigx_state_schema, SELECT, \
+         INSERT, UPDATE on sigx_actor_epochs and SELECT, INSERT, UPDATE, DELETE on \
+         sigx_actor_state"
     )]
     Permission {
         /// host:port/database.
