@@ -236,13 +236,12 @@ fn batches_over_the_limits_are_refused_with_the_limit_named() {
 async fn the_postgres_store_keeps_the_promises_across_handles_and_reopening() {
     let server = pg::PgServer::start();
     let dsn = server.create_database("suite").await;
-    // Two hosts opening together: the migration runs once, under its advisory lock.
-    let (s1, s2) = tokio::join!(
-        PostgresStateStore::open(&dsn),
-        PostgresStateStore::open(&dsn)
-    );
-    let s1: Arc<dyn StateStore> = Arc::new(s1.unwrap());
-    let s2: Arc<dyn StateStore> = Arc::new(s2.unwrap());
+    // Hosts opening together on an empty database: the migration runs under its advisory lock,
+    // so the one that creates the tables does it alone and the others find them.
+    let opened = futures::future::join_all((0..6).map(|_| PostgresStateStore::open(&dsn))).await;
+    let mut opened = opened.into_iter().map(|s| s.unwrap());
+    let s1: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
+    let s2: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
     suite(s1.clone(), s2.clone()).await;
     racing_epochs(vec![s1.clone(), s2.clone(), s1.clone(), s2.clone()]).await;
     drop((s1, s2));
