@@ -127,7 +127,22 @@ impl PgServer {
                 "--no-sync".as_ref(),
             ],
         );
-        server.resume();
+        // The free port may be taken between probing it and the server binding it (tests run
+        // in parallel): then try another.
+        let mut server = server;
+        for attempt in 1.. {
+            match server.try_resume() {
+                Ok(()) => break,
+                Err(e) if attempt < 3 => {
+                    eprintln!(
+                        "postgres did not start on port {}: {e}; retrying",
+                        server.port
+                    );
+                    server.port = free_port();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         server
     }
 
@@ -136,6 +151,10 @@ impl PgServer {
     }
 
     fn run(&self, tool: &str, args: &[&std::ffi::OsStr]) -> Output {
+        self.try_run(tool, args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_run(&self, tool: &str, args: &[&std::ffi::OsStr]) -> Result<Output, String> {
         let mut cmd = Command::new(self.bin.join(tool));
         cmd.args(args).current_dir(self.dir.path());
         if let Some((uid, gid)) = self.run_as {
@@ -144,26 +163,31 @@ impl PgServer {
         let out = cmd
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.join(tool).display()));
-        assert!(
-            out.status.success(),
-            "{tool} failed ({}): {}{}\nserver log: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
-        );
-        out
+        if !out.status.success() {
+            return Err(format!(
+                "{tool} failed ({}): {}{}\nserver log: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr),
+                std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+            ));
+        }
+        Ok(out)
     }
 
     /// Starts the (stopped) server again on its port and waits until it accepts connections.
     pub fn resume(&self) {
+        self.try_resume().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_resume(&self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1",
             self.port,
             self.dir.path().display()
         );
         let (data, log) = (self.data(), self.dir.path().join("log"));
-        self.run(
+        self.try_run(
             "pg_ctl",
             &[
                 "-D".as_ref(),
@@ -177,7 +201,8 @@ impl PgServer {
                 opts.as_ref(),
                 "start".as_ref(),
             ],
-        );
+        )
+        .map(drop)
     }
 
     /// Stops the server at once (`-m immediate`: like a crash, no checkpoint).
