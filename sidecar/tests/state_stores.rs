@@ -261,6 +261,18 @@ async fn a_postgres_outage_answers_unavailable_and_the_store_recovers_after_it()
     let e = s.next_epoch(&a).await.unwrap();
     s.commit(&a, e, &[put("n", "1")]).await.unwrap();
 
+    // The server drops the store's connections (an idle timeout, a failover, an admin): the
+    // next calls reconnect and succeed, nothing surfaces.
+    server
+        .sql(
+            "postgres",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'sigx-sidecar'",
+        )
+        .await;
+    assert_eq!(get(&s, &a, e, "n").await.as_deref(), Some("1"));
+    s.commit(&a, e, &[put("n", "1")]).await.unwrap();
+
     server.halt();
     let target = format!("127.0.0.1:{}/outage", server.port());
     let outage = [
