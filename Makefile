@@ -29,6 +29,7 @@ test: test-rust test-lang check-manifests
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
 test-rust: build
 	bash scripts/install-tools.sh nextest
+	bash scripts/install-tools.sh postgres
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
 

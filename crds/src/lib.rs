@@ -14,6 +14,7 @@ pub mod cel;
 pub mod cluster;
 pub mod common;
 pub mod role;
+pub mod state;
 
 pub use cluster::{
     ActorCluster, ActorClusterSpec, ActorClusterStatus, AuthSpec, CallSpec, HostCounts,
@@ -22,6 +23,7 @@ pub use cluster::{
 };
 pub use common::{TypeName, TypeNameError, condition_types, labels};
 pub use role::{ActorRole, ActorRoleSpec, ActorRoleStatus, ClusterRef};
+pub use state::{StateKind, StateMode, StateSpec, StateSpecError};
 
 /// API group of both resources.
 pub const GROUP: &str = "actors.sigx.dev";

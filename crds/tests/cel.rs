@@ -165,6 +165,41 @@ fn cases() -> Vec<Case> {
             ),
             "not both",
         ),
+        // --- ActorCluster: the state store ---
+        accept(
+            "postgres with the DSN's Secret",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "state": {"kind": "postgres", "secretRef": {"name": "pg", "key": "dsn"}}}),
+            ),
+        ),
+        accept(
+            "sqlite without a Secret",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "state": {"kind": "sqlite"}}),
+            ),
+        ),
+        refuse(
+            "postgres without a secretRef",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "state": {"kind": "postgres"}}),
+            ),
+            "state.secretRef is required",
+        ),
+        refuse(
+            "sqlite with a secretRef",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "state": {"kind": "sqlite", "secretRef": {"name": "pg", "key": "dsn"}}}),
+            ),
+            "applies only to state.kind postgres",
+        ),
         // --- names become label values ---
         accept(
             "63-character cluster name",
@@ -302,7 +337,17 @@ fn mutate(mut schema: Value, from: &str, to: &str) -> Value {
 fn broken_variants_of_each_rule_are_caught() {
     let clusters = schema("actorclusters");
     let roles = schema("actorroles");
-    let broken: [(&str, &str, &str); 7] = [
+    let broken: [(&str, &str, &str); 9] = [
+        (
+            "actorclusters",
+            "self.kind != 'postgres' || has(self.secretRef)",
+            "true",
+        ),
+        (
+            "actorclusters",
+            "self.kind == 'postgres' || !has(self.secretRef)",
+            "true",
+        ),
         (
             "actorclusters",
             "self.ttlSeconds > 2 * self.heartbeatSeconds",
@@ -393,7 +438,7 @@ fn every_rule_compiles_stays_in_scope_and_within_the_cost_budget() {
         }
     }
     assert_eq!(
-        seen, 7,
+        seen, 9,
         "the number of CEL rules changed: extend the tables above"
     );
 }

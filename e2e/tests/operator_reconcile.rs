@@ -795,6 +795,39 @@ async fn conflicting_auth_that_slipped_past_admission_is_reported_not_rendered()
 }
 
 #[tokio::test]
+async fn a_postgres_state_without_its_secret_is_reported_naming_the_field() {
+    // Without admission the double plays an object that predates the CEL rule.
+    let h = Harness::start_with(false).await;
+    let mut cluster: ActorCluster = example("cluster.yaml");
+    cluster.spec.state = Some(sigx_crds::StateSpec {
+        kind: sigx_crds::StateKind::Postgres,
+        secret_ref: None,
+    });
+    h.api::<ActorCluster>()
+        .create(&PostParams::default(), &cluster)
+        .await
+        .unwrap();
+    let status = eventually("InvalidSpec", || async {
+        h.cluster_status("demo")
+            .await
+            .filter(|s| condition(s, "Ready").is_some_and(|c| c.reason == "InvalidSpec"))
+    })
+    .await;
+    let ready = condition(&status, "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains("spec.state.secretRef is missing"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(condition(&status, "Degraded").unwrap().status, "True");
+    assert!(
+        h.get::<ServiceAccount>("demo-sigx").await.is_none(),
+        "nothing rendered from a bad spec"
+    );
+}
+
+#[tokio::test]
 async fn hand_edits_to_the_deployment_are_put_back() {
     let h = Harness::start().await;
     h.apply_examples().await;

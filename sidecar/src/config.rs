@@ -173,6 +173,28 @@ pub struct Args {
     /// or less is usually best served by 1.
     #[arg(long, env = "SIGX_WORKER_THREADS")]
     pub worker_threads: Option<usize>,
+
+    /// Where actor state and epochs live: `memory` (this process only), `sqlite` (one file shared
+    /// by the hosts of one machine) or `postgres` (one database shared by the fleet). Default:
+    /// `postgres` when a DSN is given; `sqlite` when a state path is given or the membership is
+    /// `sqlite` (then the file is `sigx-state.db` next to the membership file, like `sigx dev
+    /// up`); otherwise `memory`, which suits a single host only: a fleet needs `postgres`.
+    #[arg(long, env = "SIGX_STATE", value_enum)]
+    pub state: Option<crate::state::StateKind>,
+
+    /// The SQLite state database (`--state sqlite`). Default: `sigx-state.db` in the directory
+    /// of `--sqlite-path`.
+    #[arg(long, env = "SIGX_STATE_PATH")]
+    pub state_path: Option<PathBuf>,
+
+    /// The PostgreSQL connection string (`--state postgres`), URL or key=value form. It holds
+    /// the password: prefer --state-dsn-file.
+    #[arg(long, env = "SIGX_STATE_DSN", hide_env_values = true)]
+    pub state_dsn: Option<String>,
+
+    /// A file holding the PostgreSQL connection string.
+    #[arg(long, env = "SIGX_STATE_DSN_FILE")]
+    pub state_dsn_file: Option<PathBuf>,
 }
 
 /// A configuration value that is wrong, named.
@@ -208,6 +230,8 @@ pub enum ConfigError {
     MissingPodIdentity(&'static str),
     #[error("SIGX_SQLITE_PATH={path:?}: {reason}")]
     SqlitePath { path: PathBuf, reason: String },
+    #[error(transparent)]
+    State(#[from] crate::state::config::StateConfigError),
 }
 
 /// The validated configuration the host runs with.
@@ -247,6 +271,8 @@ pub struct Config {
     pub mtls: Option<crate::mesh::MeshTlsConfig>,
     /// Threads of the async runtime; `None`: one per available CPU.
     pub worker_threads: Option<usize>,
+    /// The state store (`state::open` opens it).
+    pub state: crate::state::StateConfig,
 }
 
 /// The cluster secret. Never printed: `Debug` shows its length only.
@@ -290,6 +316,7 @@ impl std::fmt::Debug for Config {
             .field("secret", &self.secret)
             .field("beat", &self.beat)
             .field("ttl", &self.ttl)
+            .field("state", &self.state)
             .finish_non_exhaustive()
     }
 }
@@ -443,6 +470,14 @@ impl Args {
             }
         }
 
+        let state = crate::state::config::validate(
+            self.state,
+            self.state_path.as_deref(),
+            self.state_dsn.as_deref(),
+            self.state_dsn_file.as_deref(),
+            (self.membership == MembershipKind::Sqlite).then_some(self.sqlite_path.as_path()),
+        )?;
+
         let host_id = match self.host_id {
             Some(id) if !id.trim().is_empty() => id,
             _ => format!(
@@ -520,6 +555,7 @@ impl Args {
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             exit_on_fence: self.exit_on_fence,
             worker_threads: self.worker_threads,
+            state,
         })
     }
 }
@@ -635,6 +671,38 @@ mod tests {
         .validate()
         .unwrap_err();
         assert!(err.to_string().contains("/nonexistent-dir"), "{err}");
+    }
+
+    #[test]
+    fn the_state_store_defaults_to_sqlite_beside_the_membership_file_else_memory() {
+        use crate::state::StateConfig;
+        assert_eq!(args(&[]).validate().unwrap().state, StateConfig::Memory);
+        let cfg = Args::try_parse_from([
+            "sigx-sidecar",
+            "--insecure",
+            "--sqlite-path",
+            "/tmp/membership.db",
+        ])
+        .unwrap()
+        .validate()
+        .unwrap();
+        assert_eq!(
+            cfg.state,
+            StateConfig::Sqlite {
+                path: "/tmp/sigx-state.db".into()
+            }
+        );
+        let err = args(&["--state", "postgres"]).validate().unwrap_err();
+        assert!(err.to_string().contains("SIGX_STATE_DSN_FILE"), "{err}");
+        let cfg = args(&[
+            "--state",
+            "postgres",
+            "--state-dsn",
+            "postgres://u:hunter2@db/s",
+        ])
+        .validate()
+        .unwrap();
+        assert!(!format!("{cfg:?}").contains("hunter2"));
     }
 
     #[test]

@@ -1,13 +1,19 @@
 //! Every state store keeps the same promises (DESIGN.md §11), checked by one suite run against
 //! each: epochs strictly increase across handles (processes) sharing the store, a batch with a
 //! stale epoch writes nothing, a batch applies atomically and in order, reads see what was
-//! committed, and what was committed survives reopening the store.
+//! committed, and what was committed survives reopening the store. PostgreSQL runs for real: a
+//! server per test, started by support/postgres.rs.
+
+#[path = "support/postgres.rs"]
+mod pg;
 
 use bytes::Bytes;
+use clap::Parser;
 use sigx_sidecar::runtime::ActorId;
 use sigx_sidecar::state::memory::MemoryStateStore;
+use sigx_sidecar::state::postgres::{PostgresStateError, PostgresStateStore};
 use sigx_sidecar::state::sqlite::{SqliteStateError, SqliteStateStore};
-use sigx_sidecar::state::{Selection, StateError, StateStore, StateWrite};
+use sigx_sidecar::state::{Selection, StateError, StateOpenError, StateStore, StateWrite};
 use std::sync::Arc;
 
 fn put(k: &str, v: &str) -> StateWrite {
@@ -112,6 +118,13 @@ async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
         .unwrap();
     assert_eq!(got[0], ("bin".to_string(), Some(bin)));
     assert_eq!(got[1], ("missing".to_string(), None));
+    // A key named twice is answered twice.
+    let twice = s2
+        .read(&x, e4, &Selection::Keys(vec!["a".into(), "a".into()]))
+        .await
+        .unwrap();
+    assert_eq!(twice[0], twice[1], "{twice:?}");
+    assert!(twice[1].1.is_some(), "{twice:?}");
     // Other actors are untouched.
     assert!(
         s1.read(&y, 1, &Selection::All).await.unwrap().is_empty(),
@@ -217,4 +230,229 @@ fn batches_over_the_limits_are_refused_with_the_limit_named() {
         "empty keys are refused"
     );
     assert!(check_batch(&[put("ok", "v"), del("ok")]).is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_postgres_store_keeps_the_promises_across_handles_and_reopening() {
+    let server = pg::PgServer::start();
+    let dsn = server.create_database("suite").await;
+    // Hosts opening together on an empty database: the migration runs under its advisory lock,
+    // so the one that creates the tables does it alone and the others find them.
+    let opened = futures::future::join_all((0..6).map(|_| PostgresStateStore::open(&dsn))).await;
+    let mut opened = opened.into_iter().map(|s| s.unwrap());
+    let s1: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
+    let s2: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
+    suite(s1.clone(), s2.clone()).await;
+    racing_epochs(vec![s1.clone(), s2.clone(), s1.clone(), s2.clone()]).await;
+    drop((s1, s2));
+    let s = PostgresStateStore::open(&dsn).await.unwrap();
+    let x = ActorId::new("Counter", "x");
+    let e = s.next_epoch(&x).await.unwrap();
+    assert!(e > 4, "epochs survive reopening: got {e}");
+    assert_eq!(get(&s, &x, e, "a").await.as_deref(), Some("1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_outage_answers_unavailable_and_the_store_recovers_after_it() {
+    let server = pg::PgServer::start();
+    let dsn = server.create_database("outage").await;
+    let s = PostgresStateStore::open(&dsn).await.unwrap();
+    let a = ActorId::new("Counter", "a");
+    let e = s.next_epoch(&a).await.unwrap();
+    s.commit(&a, e, &[put("n", "1")]).await.unwrap();
+
+    // The server drops the store's connections (an idle timeout, a failover, an admin): the
+    // next calls reconnect and succeed, nothing surfaces.
+    server
+        .sql(
+            "postgres",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'sigx-sidecar'",
+        )
+        .await;
+    assert_eq!(get(&s, &a, e, "n").await.as_deref(), Some("1"));
+    s.commit(&a, e, &[put("n", "1")]).await.unwrap();
+
+    server.halt();
+    let target = format!("127.0.0.1:{}/outage", server.port());
+    let outage = [
+        s.next_epoch(&a).await.unwrap_err(),
+        s.commit(&a, e, &[put("n", "2")]).await.unwrap_err(),
+        s.read(&a, e, &Selection::All).await.unwrap_err(),
+    ];
+    for err in &outage {
+        assert!(
+            matches!(
+                err,
+                StateError::Unavailable {
+                    store: "postgres",
+                    ..
+                }
+            ),
+            "an outage is Unavailable, never a fencing error: {err:?}"
+        );
+        let msg = err.to_string();
+        assert!(msg.contains(&target), "names the server: {msg}");
+        assert!(msg.contains("retried"), "says what to do: {msg}");
+        assert!(
+            !msg.contains(server.password()),
+            "never the password: {msg}"
+        );
+    }
+
+    server.resume();
+    // The same handle works again: broken connections were dropped, new ones made.
+    assert_eq!(get(&s, &a, e, "n").await.as_deref(), Some("1"));
+    s.commit(&a, e, &[put("n", "3")]).await.unwrap();
+    let e2 = s.next_epoch(&a).await.unwrap();
+    assert!(e2 > e);
+    assert_eq!(get(&s, &a, e2, "n").await.as_deref(), Some("3"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_that_cannot_be_used_is_refused_at_open_by_name() {
+    let server = pg::PgServer::start();
+    let dsn = server.create_database("app").await;
+    let open_err = |dsn: String| async move {
+        PostgresStateStore::open(&dsn)
+            .await
+            .err()
+            .expect("open must fail")
+    };
+
+    let err = open_err("postgres://sigx:secret@127.0.0.1:notaport/app".into()).await;
+    assert!(matches!(err, PostgresStateError::BadDsn { .. }), "{err}");
+    assert!(err.to_string().contains("SIGX_STATE_DSN"), "{err}");
+    assert!(
+        !err.to_string().contains("secret"),
+        "never the password: {err}"
+    );
+
+    let err = open_err(server.dsn_as(pg::SUPERUSER, "wrong-password", "app")).await;
+    assert!(matches!(err, PostgresStateError::Auth { .. }), "{err}");
+    assert!(err.to_string().contains("password"), "{err}");
+    assert!(!err.to_string().contains("wrong-password"), "{err}");
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = open_err(format!("postgres://sigx:x@127.0.0.1:{port}/app")).await;
+    assert!(
+        matches!(err, PostgresStateError::Unreachable { .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+
+    let err = open_err(server.dsn("nosuchdb")).await;
+    assert!(
+        matches!(&err, PostgresStateError::NoDatabase { database, .. } if database == "nosuchdb"),
+        "{err}"
+    );
+
+    // A role that may connect but not create tables (PostgreSQL 15: not the owner of public).
+    server
+        .sql(
+            "app",
+            "CREATE ROLE limited LOGIN PASSWORD 'limitedpw'; GRANT CONNECT ON DATABASE app TO limited;",
+        )
+        .await;
+    let limited = server.dsn_as("limited", "limitedpw", "app");
+    let err = open_err(limited.clone()).await;
+    assert!(
+        matches!(err, PostgresStateError::Permission { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("grant it"), "{err}");
+    // The owner prepares the schema; the role still lacks row privileges on the tables.
+    drop(PostgresStateStore::open(&dsn).await.unwrap());
+    let err = open_err(limited.clone()).await;
+    assert!(
+        matches!(err, PostgresStateError::Permission { .. }),
+        "{err}"
+    );
+    // Granted them, it opens (no DDL needed on a schema at this version).
+    server
+        .sql(
+            "app",
+            "GRANT SELECT, INSERT, UPDATE ON sigx_actor_epochs TO limited;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON sigx_actor_state TO limited;
+             GRANT SELECT ON sigx_state_schema TO limited;",
+        )
+        .await;
+    let s = PostgresStateStore::open(&limited).await.unwrap();
+    assert_eq!(s.next_epoch(&ActorId::new("T", "k")).await.unwrap(), 1);
+
+    // The factory the sidecar calls opens what the flags name, and names what is wrong.
+    let cfg = |dsn: &str| {
+        sigx_sidecar::config::Args::try_parse_from([
+            "sigx-sidecar",
+            "--membership",
+            "none",
+            "--state",
+            "postgres",
+            "--state-dsn",
+            dsn,
+        ])
+        .unwrap()
+        .validate()
+        .unwrap()
+    };
+    let opened = sigx_sidecar::state::open(&cfg(&dsn)).await.unwrap();
+    assert_eq!(opened.kind(), "postgres");
+    let err = sigx_sidecar::state::open(&cfg(&server.dsn_as(pg::SUPERUSER, "nope", "app")))
+        .await
+        .err()
+        .expect("wrong password");
+    assert!(
+        matches!(
+            err,
+            StateOpenError::Postgres(PostgresStateError::Auth { .. })
+        ),
+        "{err}"
+    );
+
+    // Opening again is idempotent; a schema written by a newer sigx is refused by name.
+    drop(PostgresStateStore::open(&dsn).await.unwrap());
+    server
+        .sql("app", "UPDATE sigx_state_schema SET version = 99")
+        .await;
+    let err = open_err(dsn).await;
+    assert!(
+        matches!(err, PostgresStateError::TooNew { found: 99, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("schema version 99"), "{err}");
+}
+
+#[tokio::test]
+async fn the_factory_opens_the_memory_and_sqlite_stores_the_flags_name() {
+    use sigx_sidecar::config::Args;
+    let dir = tempfile::tempdir().unwrap();
+    let membership = dir.path().join("membership.db");
+    let cfg = Args::try_parse_from([
+        "sigx-sidecar",
+        "--insecure",
+        "--sqlite-path",
+        membership.to_str().unwrap(),
+    ])
+    .unwrap()
+    .validate()
+    .unwrap();
+    let s = sigx_sidecar::state::open(&cfg).await.unwrap();
+    assert_eq!(s.kind(), "sqlite");
+    assert!(
+        dir.path().join("sigx-state.db").is_file(),
+        "the state file sits next to the membership file"
+    );
+    let cfg = Args::try_parse_from(["sigx-sidecar", "--membership", "none"])
+        .unwrap()
+        .validate()
+        .unwrap();
+    assert_eq!(
+        sigx_sidecar::state::open(&cfg).await.unwrap().kind(),
+        "memory"
+    );
 }

@@ -170,7 +170,10 @@ async fn reconcile_inner(
         u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
     ));
 
-    let source = match render::secret_source(cluster) {
+    // A spec the API server's rules would refuse (auth modes, state without its Secret).
+    let checked =
+        render::secret_source(cluster).and_then(|s| render::state_mode(cluster).map(|_| s));
+    let source = match checked {
         Ok(s) => s,
         Err(e) => {
             // CEL refuses this at admission; this guards objects that predate the rule.

@@ -11,6 +11,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use sigx_crds::ActorCluster;
+use sigx_crds::StateMode;
 use sigx_crds::cluster::AuthMode;
 
 use super::{RenderError, name_of, names, namespace_of, owned_meta, owner_ref};
@@ -61,6 +62,18 @@ pub fn secret_source(cluster: &ActorCluster) -> Result<SecretSource, RenderError
         Ok(AuthMode::Insecure) => Ok(SecretSource::Insecure),
         Err(source) => Err(RenderError::Auth {
             cluster: name,
+            source,
+        }),
+    }
+}
+
+/// The state store the cluster's sidecars use (`None`: each sidecar's memory); refuses a
+/// postgres store without its Secret (and a Secret for sqlite), which CEL refuses at admission.
+pub fn state_mode(cluster: &ActorCluster) -> Result<Option<StateMode<'_>>, RenderError> {
+    match &cluster.spec.state {
+        None => Ok(None),
+        Some(state) => state.mode().map(Some).map_err(|source| RenderError::State {
+            cluster: name_of(cluster, KIND).unwrap_or_default(),
             source,
         }),
     }

@@ -16,14 +16,16 @@ pub mod role;
 
 pub use cluster::{
     SecretSource, generated_secret, lease_role, lease_role_binding, secret_source, service_account,
+    state_mode,
 };
 pub use role::{
-    HEALTH_PORT, SIDECAR_CONTAINER, SOCKET_PATH, SOCKET_VOLUME, deployment, pod_disruption_budget,
-    selector_string, termination_grace_seconds,
+    HEALTH_PORT, SIDECAR_CONTAINER, SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME,
+    deployment, pod_disruption_budget, selector_string, termination_grace_seconds,
 };
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
+use sigx_crds::StateSpecError;
 use sigx_crds::TypeNameError;
 use sigx_crds::cluster::ConflictingAuth;
 
@@ -83,6 +85,13 @@ pub enum RenderError {
         cluster: String,
         #[source]
         source: ConflictingAuth,
+    },
+    /// A `spec.state` the CEL rules refuse (postgres without its Secret, or the reverse).
+    #[error("ActorCluster {cluster:?}: {source}")]
+    State {
+        cluster: String,
+        #[source]
+        source: StateSpecError,
     },
     /// The pod template has no app container.
     #[error("ActorRole {role:?}: spec.template.spec.containers is empty; add the app container")]

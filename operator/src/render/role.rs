@@ -34,8 +34,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sigx_crds::{ActorCluster, ActorRole, labels};
 
-use super::cluster::{SecretSource, secret_source};
+use super::cluster::{SecretSource, secret_source, state_mode};
 use super::{RenderError, name_of, names, namespace_of, owned_meta, owner_ref};
+use k8s_openapi::api::core::v1::SecretKeySelector;
+use sigx_crds::StateMode;
 
 /// Name of the sidecar container. Reserved: a template may not use it.
 pub const SIDECAR_CONTAINER: &str = "sigx-sidecar";
@@ -55,6 +57,11 @@ pub const SECRET_DIR: &str = "/etc/sigx/secret";
 pub const MTLS_VOLUME: &str = "sigx-mtls";
 /// Directory of the mounted mTLS Secret (`tls.crt`, `tls.key`, `ca.crt`).
 pub const MTLS_DIR: &str = "/etc/sigx/mtls";
+/// Volume of the SQLite state file (`spec.state.kind: sqlite`), mounted in the sidecar only: an
+/// `emptyDir` on the node's disk (the socket volume is a 1 MiB tmpfs).
+pub const STATE_VOLUME: &str = "sigx-state";
+/// Where the state volume is mounted; the file is `state.db` in it.
+pub const STATE_DIR: &str = "/var/lib/sigx";
 /// Volume of the API token projected into the sidecar only.
 pub const TOKEN_VOLUME: &str = "sigx-api-token";
 /// Where in-cluster clients (the kube crate included) look for the token.
@@ -95,6 +102,7 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
     let (cluster_name, role_name, namespace) = check_pair(cluster, role)?;
     let type_labels = type_labels(role, &role_name)?;
     let secret = secret_source(cluster)?;
+    let state = state_mode(cluster)?;
     let selector = names::selector(&cluster_name, &role_name);
 
     let mut template = role.spec.template.clone();
@@ -183,6 +191,13 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
             ..Volume::default()
         });
     }
+    if state == Some(StateMode::Sqlite) {
+        volumes.push(Volume {
+            name: STATE_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        });
+    }
     if project_token {
         volumes.push(token_volume());
     }
@@ -195,6 +210,7 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
             &cluster_name,
             &role_name,
             &secret,
+            state.as_ref(),
             project_token,
         ));
 
@@ -403,6 +419,7 @@ fn sidecar(
     cluster_name: &str,
     role_name: &str,
     secret: &SecretSource,
+    state: Option<&StateMode<'_>>,
     project_token: bool,
 ) -> Container {
     let spec = &cluster.spec;
@@ -439,6 +456,37 @@ fn sidecar(
                 &format!("{SECRET_DIR}/secret"),
             ));
             mounts.push(read_only_mount(SECRET_VOLUME, SECRET_DIR));
+        }
+    }
+    // The state store; without a state section the sidecar keeps state in memory.
+    match state {
+        None => {}
+        Some(StateMode::Sqlite) => {
+            env.push(plain_env("SIGX_STATE", "sqlite"));
+            env.push(plain_env(
+                "SIGX_STATE_PATH",
+                &format!("{STATE_DIR}/state.db"),
+            ));
+            mounts.push(VolumeMount {
+                name: STATE_VOLUME.to_owned(),
+                mount_path: STATE_DIR.to_owned(),
+                ..VolumeMount::default()
+            });
+        }
+        Some(StateMode::Postgres(r)) => {
+            env.push(plain_env("SIGX_STATE", "postgres"));
+            env.push(EnvVar {
+                name: "SIGX_STATE_DSN".to_owned(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: r.name.clone(),
+                        key: r.key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+            });
         }
     }
     if spec.mtls.is_some() {

@@ -14,15 +14,57 @@
 //! gate) and drops an activation whose write was refused.
 //!
 //! Stores, behind [`StateStore`]: [`memory`] (one process: tests and the simulator), [`sqlite`]
-//! (the embedded default: the hosts of one machine share one file).
+//! (the embedded default: the hosts of one machine share one file), [`postgres`] (production: every
+//! host of a fleet shares one database).
 
+pub mod config;
 pub mod memory;
+pub mod postgres;
 pub mod sqlite;
 
 use crate::runtime::ActorId;
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::sync::Arc;
+
+pub use config::{StateConfig, StateKind};
+
+/// The configured store cannot be opened; reported before anything binds (exit 64).
+#[derive(Debug, thiserror::Error)]
+pub enum StateOpenError {
+    /// The SQLite state database.
+    #[error(transparent)]
+    Sqlite(#[from] sqlite::SqliteStateError),
+    /// The PostgreSQL state store.
+    #[error(transparent)]
+    Postgres(#[from] postgres::PostgresStateError),
+}
+
+/// Opens the store the configuration names, creating or migrating its schema.
+pub async fn open(config: &crate::config::Config) -> Result<SharedStateStore, StateOpenError> {
+    match &config.state {
+        StateConfig::Memory => {
+            if config.membership != crate::config::MembershipKind::None {
+                tracing::warn!(
+                    "actor state is in memory (SIGX_STATE=memory): it is lost when this host \
+                     stops and not shared with the other hosts, so an actor that moves starts \
+                     empty; set SIGX_STATE=sqlite (one machine) or postgres (a fleet)"
+                );
+            }
+            Ok(Arc::new(memory::MemoryStateStore::new()))
+        }
+        StateConfig::Sqlite { path } => {
+            let path = path.clone();
+            let store = tokio::task::spawn_blocking(move || sqlite::SqliteStateStore::open(&path))
+                .await
+                .expect("the state open task does not panic")?;
+            Ok(Arc::new(store))
+        }
+        StateConfig::Postgres { dsn } => Ok(Arc::new(
+            postgres::PostgresStateStore::open(dsn.expose()).await?,
+        )),
+    }
+}
 
 /// The longest state key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
