@@ -456,3 +456,67 @@ async fn the_factory_opens_the_memory_and_sqlite_stores_the_flags_name() {
         "memory"
     );
 }
+
+/// The sidecar binary refuses a state store it cannot use before it binds anything: exit 64 and
+/// a message naming the store and what to fix (here: a PostgreSQL port nothing listens on, a file
+/// that is not a SQLite database, and a directory that does not exist). The socket is never
+/// created.
+#[test]
+fn the_sidecar_exits_64_naming_a_state_store_it_cannot_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let dsn = format!("postgres://sigx:secret-pw@127.0.0.1:{port}/sigx?connect_timeout=2");
+    let missing = dir.path().join("no/such/dir/state.db");
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let cases: [(&[&str], &[&str]); 3] = [
+        (
+            &["--state", "postgres", "--state-dsn", &dsn],
+            &["state store", "127.0.0.1"],
+        ),
+        (
+            &[
+                "--state",
+                "sqlite",
+                "--state-path",
+                garbage.to_str().unwrap(),
+            ],
+            &["state store", "garbage.db"],
+        ),
+        (
+            &[
+                "--state",
+                "sqlite",
+                "--state-path",
+                missing.to_str().unwrap(),
+            ],
+            &["SIGX_STATE_PATH", "does not exist"],
+        ),
+    ];
+    for (i, (flags, named)) in cases.iter().enumerate() {
+        let socket = dir.path().join(format!("s{i}.sock"));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sigx-sidecar"))
+            .args(["--membership", "none", "--health-addr", "127.0.0.1:0"])
+            .arg("--socket")
+            .arg(&socket)
+            .args(*flags)
+            .env("SIGX_LOG", "error")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flags:?}: {stderr}");
+        for named in *named {
+            assert!(
+                stderr.contains(named),
+                "{flags:?} names {named:?}: {stderr}"
+            );
+        }
+        assert!(
+            !stderr.contains("secret-pw"),
+            "the password never shows: {stderr}"
+        );
+        assert!(!socket.exists(), "nothing was bound");
+    }
+}

@@ -104,25 +104,6 @@ impl Default for HostOptions {
     }
 }
 
-/// The state store a configuration implies: with SQLite membership, the hosts of the machine
-/// share `sigx-state.db` beside the membership file (epochs and state fleet-wide, like the
-/// membership); otherwise an in-memory store, which is the whole truth only for a single host.
-fn default_state_store(cfg: &Config) -> Result<crate::state::SharedStateStore, HostError> {
-    if cfg.membership == MembershipKind::Sqlite {
-        let path = cfg.sqlite_path.with_file_name("sigx-state.db");
-        let store = crate::state::sqlite::SqliteStateStore::open(&path)
-            .map_err(|e| HostError::State(e.to_string()))?;
-        return Ok(Arc::new(store));
-    }
-    if cfg.membership != MembershipKind::None {
-        tracing::warn!(
-            "actor state is kept in memory on this host alone: epochs do not fence across hosts \
-             and state does not survive a restart; give the cluster a shared state store"
-        );
-    }
-    Ok(Arc::new(crate::state::memory::MemoryStateStore::new()))
-}
-
 /// Binds the app socket at `path`: a stale file left by a dead process is replaced, a live
 /// listener is never stolen. The socket is made mode 0660 (the pod's shared volume).
 pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
@@ -226,7 +207,9 @@ impl Host {
         // accepts activations it cannot give epochs.
         let state_store = match &opts.state {
             Some(store) => store.clone(),
-            None => default_state_store(&cfg)?,
+            None => crate::state::open(&cfg)
+                .await
+                .map_err(|e| HostError::State(e.to_string()))?,
         };
         let socket = bind_socket(&cfg.socket)?;
         let health_listener =
