@@ -83,14 +83,18 @@ impl SqliteStateStore {
             path: path.to_path_buf(),
             source,
         };
-        let conn = Connection::open_with_flags(
+        let mut conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
         .map_err(open)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(open)?;
+        // The hosts of a machine write this file concurrently. SQLite's default busy handler
+        // backs off in growing sleeps (up to 100 ms each), which turned a contended commit of
+        // ~1 ms into tens or hundreds of milliseconds in the chaos fleet; short even sleeps keep
+        // the wait near the holder's commit time, up to the same 5 s bound.
+        conn.busy_handler(Some(busy_wait)).map_err(open)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(schema)?;
@@ -132,6 +136,21 @@ impl SqliteStateStore {
         .await
         .map_err(|e| unavailable(format!("the state task failed: {e}")))?
     }
+}
+
+/// Waits a moment for another process's write lock: 100 µs for the first 100 tries, then 1 ms,
+/// giving up after about 5 s (the caller answers `Unavailable`).
+fn busy_wait(attempt: i32) -> bool {
+    let pause = if attempt < 100 {
+        Duration::from_micros(100)
+    } else {
+        Duration::from_millis(1)
+    };
+    if attempt > 100 + 5_000 {
+        return false;
+    }
+    std::thread::sleep(pause);
+    true
 }
 
 enum Migrate {
