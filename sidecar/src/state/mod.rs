@@ -148,7 +148,9 @@ pub enum StateError {
     /// A key, value, batch or read over its limit, or a malformed key.
     #[error("{0}")]
     Invalid(String),
-    /// The store cannot be reached or failed; nothing was written.
+    /// The store cannot be reached or failed. For a read nothing changed; for a commit the
+    /// outcome may be unknown (a connection lost during COMMIT), which is why the runtime answers
+    /// such a turn `outcome-unknown` and supersedes its activation.
     #[error("state store {store} failed: {message}")]
     Unavailable {
         /// The store kind.
