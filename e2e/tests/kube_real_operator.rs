@@ -20,9 +20,10 @@ use sigx_crds::{ActorCluster, ActorRole};
 use sigx_e2e::controlplane::{self, ControlPlane};
 
 const NS: &str = "apps";
-/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch add up to a few
-/// seconds on a loaded 2-core machine.
-const PATIENCE: Duration = Duration::from_secs(60);
+/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds; the
+/// garbage collector starts watching a new CRD's kind only at its next 30 s discovery resync
+/// (measured: 40 s from an ActorRole's deletion to its Pods' on a loaded 2-core machine).
+const PATIENCE: Duration = Duration::from_secs(90);
 
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where
@@ -281,6 +282,9 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
+    // The real garbage collector watches a CRD's kind only from its next discovery resync
+    // (every 30 s, fixed in kube-controller-manager), so this can take up to that long.
+    let t0 = tokio::time::Instant::now();
     eventually(
         "web's Deployment, ReplicaSet and Pods to be collected",
         || async {
@@ -294,6 +298,10 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         },
     )
     .await;
+    eprintln!(
+        "ActorRole deleted → its Deployment, ReplicaSet and Pods collected after {:?}",
+        t0.elapsed()
+    );
 
     // Deleting the cluster: its Secret, ServiceAccount and RBAC go; the operator does not
     // re-create them, and the remaining role says why it is stuck.
@@ -301,6 +309,7 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         .delete("demo", &DeleteParams::default())
         .await
         .unwrap();
+    let t0 = tokio::time::Instant::now();
     eventually("the cluster's objects to be collected", || async {
         let gone = get::<Secret>(&client, "demo-sigx-secret").await.is_none()
             && get::<ServiceAccount>(&client, "demo-sigx").await.is_none()
@@ -311,6 +320,10 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         gone.then_some(())
     })
     .await;
+    eprintln!(
+        "ActorCluster deleted → its objects collected after {:?}",
+        t0.elapsed()
+    );
     eventually("the engine role to report its missing cluster", || async {
         get::<ActorRole>(&client, "engine")
             .await
