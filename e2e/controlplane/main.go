@@ -7,6 +7,7 @@
 //
 // Protocol with the test harness (e2e/src/controlplane.rs):
 //   - it writes an admin kubeconfig to --kubeconfig;
+//   - with --crds DIR it installs those CRDs before the controller manager starts;
 //   - it prints exactly one line "ready <kubeconfig-path>" on stdout once /readyz answers ok
 //     and the controller manager has created the default ServiceAccount;
 //   - it shuts everything down and removes its data directory on SIGTERM, SIGINT or when
@@ -30,19 +31,20 @@ import (
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to write the admin kubeconfig to (required)")
 	dataDir := flag.String("data-dir", "", "directory for etcd data and certificates (default: a fresh temp dir, removed on exit)")
+	crds := flag.String("crds", "", "directory of CustomResourceDefinition YAML files to install before the controller manager starts (optional)")
 	startTimeout := flag.Duration("start-timeout", 120*time.Second, "give up if the control plane is not ready within this long")
 	flag.Parse()
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "sigx-controlplane: --kubeconfig PATH is required (where to write the admin kubeconfig)")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *dataDir, *startTimeout); err != nil {
+	if err := run(*kubeconfig, *dataDir, *crds, *startTimeout); err != nil {
 		fmt.Fprintf(os.Stderr, "sigx-controlplane: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfigPath, dataDir string, startTimeout time.Duration) error {
+func run(kubeconfigPath, dataDir, crdDir string, startTimeout time.Duration) error {
 	removeDir := false
 	if dataDir == "" {
 		d, err := os.MkdirTemp("", "sigx-controlplane-")
@@ -99,6 +101,12 @@ func run(kubeconfigPath, dataDir string, startTimeout time.Duration) error {
 	client, err := waitReadyz(readyCtx, kubeconfigPath, apiDone)
 	if err != nil {
 		return fmt.Errorf("waiting for kube-apiserver /readyz: %w", err)
+	}
+
+	if crdDir != "" {
+		if err := installCRDs(readyCtx, kubeconfigPath, crdDir); err != nil {
+			return fmt.Errorf("installing the CRDs of %s: %w", crdDir, err)
+		}
 	}
 
 	kcmCtx, kcmCancel := context.WithCancel(context.Background())

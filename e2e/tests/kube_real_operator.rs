@@ -20,10 +20,11 @@ use sigx_crds::{ActorCluster, ActorRole};
 use sigx_e2e::controlplane::{self, ControlPlane};
 
 const NS: &str = "apps";
-/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds; the
-/// garbage collector starts watching a new CRD's kind only at its next 30 s discovery resync
-/// (measured: 40 s from an ActorRole's deletion to its Pods' on a loaded 2-core machine).
-const PATIENCE: Duration = Duration::from_secs(90);
+/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds. With
+/// the CRDs installed after the controller manager started, the garbage collector watched their
+/// kinds only from its next 30 s discovery resync (40 s measured from an ActorRole's deletion to
+/// its Pods'); `start_with_crds` installs them first.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
 where
@@ -170,9 +171,8 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
-    let cp = ControlPlane::start();
+    let cp = ControlPlane::start_with_crds();
     let client = cp.client(NS).await;
-    controlplane::install_crds(&client).await;
     controlplane::create_namespace(&client, NS).await;
     let _operator = Operator::spawn(&cp);
 
@@ -282,8 +282,6 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
-    // The real garbage collector watches a CRD's kind only from its next discovery resync
-    // (every 30 s, fixed in kube-controller-manager), so this can take up to that long.
     let t0 = tokio::time::Instant::now();
     eventually(
         "web's Deployment, ReplicaSet and Pods to be collected",
