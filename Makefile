@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
+.PHONY: all build controlplane demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
 
 all: build
 
@@ -27,11 +27,17 @@ test: test-rust test-lang check-manifests
 
 ## nextest runs every test in a process of its own (the suites start real processes, servers and
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
-test-rust: build
+test-rust: build controlplane
 	bash scripts/install-tools.sh nextest
 	bash scripts/install-tools.sh postgres
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
+
+## controlplane: the test-only Kubernetes control plane (e2e/controlplane, Go: embedded etcd,
+## kube-apiserver, kube-controller-manager) into .tools/bin/sigx-controlplane, for the
+## kube_real_* tests. A no-op when up to date; the Go build cache is reused across clones.
+controlplane:
+	bash scripts/build-controlplane.sh
 
 ## test-lang: Python (pytest), Node.js (node --test) and Go (go test) programs using only their
 ## language's stock gRPC library, with default options, against the real sigx-sidecar binary

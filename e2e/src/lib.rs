@@ -1,5 +1,6 @@
 #![forbid(unsafe_code)]
 pub mod chaos;
+pub mod controlplane;
 pub mod kube_double;
 pub mod probe;
 pub mod sim;

@@ -364,7 +364,13 @@ async fn ensure_secret(
         let rendered =
             render::generated_secret(cluster, &bytes).map_err(ReconcileError::render(&what))?;
         if let Some(secret) = rendered {
-            match secrets.create(&PostParams::default(), &secret).await {
+            // Named like the applies, so the fields of the one object the operator creates
+            // rather than applies are not recorded under "unknown" by a real API server.
+            let pp = PostParams {
+                field_manager: Some(ctx.field_manager.clone()),
+                ..PostParams::default()
+            };
+            match secrets.create(&pp, &secret).await {
                 Ok(created) => {
                     ctx.metrics.secrets_generated.inc();
                     let recreated = cluster

@@ -1,0 +1,333 @@
+//! The real `sigx-operator` binary against a real control plane (`sigx_e2e::controlplane`:
+//! kube-apiserver plus the garbage collector, Deployment and ReplicaSet controllers): the
+//! examples reconcile by server-side apply into owned objects, the real Deployment controller
+//! turns the rendered Deployment into a ReplicaSet and Pods, the CRs get status conditions, the
+//! operator holds its leader Lease, and deletions cascade through the real garbage collector.
+//!
+//! Needs `make controlplane` and the workspace binaries (`make test` builds both).
+
+use std::future::Future;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use sigx_crds::{ActorCluster, ActorRole};
+use sigx_e2e::controlplane::{self, ControlPlane};
+
+const NS: &str = "apps";
+/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds. With
+/// the CRDs installed after the controller manager started, the garbage collector watched their
+/// kinds only from its next 30 s discovery resync (40 s measured from an ActorRole's deletion to
+/// its Pods'); `start_with_crds` installs them first.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The operator process, killed on drop; its log is printed when the test fails.
+struct Operator {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Operator {
+    fn spawn(cp: &ControlPlane) -> Operator {
+        let bin = sigx_e2e::chaos::bin_dir().join("sigx-operator");
+        assert!(
+            bin.is_file(),
+            "{} is missing: `cargo build --workspace --bins` first (make test does)",
+            bin.display()
+        );
+        let log = cp.dir().join("operator.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(bin)
+            .env("KUBECONFIG", cp.kubeconfig_for(NS))
+            .env("POD_NAME", "op-a")
+            .env("POD_NAMESPACE", NS)
+            .env("SIGX_WATCH_NAMESPACE", NS)
+            .env("SIGX_LEADER_LEASE_SECONDS", "5")
+            .env("SIGX_LEADER_GRACE_SECONDS", "1")
+            .env("SIGX_METRICS_ADDR", "127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spawn sigx-operator");
+        Operator { child, log }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!(
+                "--- sigx-operator log (last 40 lines) ---\n{}",
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
+    }
+}
+
+fn api<K>(client: &kube::Client) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    Api::namespaced(client.clone(), NS)
+}
+
+async fn get<K>(client: &kube::Client, name: &str) -> Option<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    api::<K>(client).get_opt(name).await.expect("GET")
+}
+
+/// The object is owned (controller reference) by `kind`/`name` and was written by the operator
+/// with server-side apply.
+fn assert_owned_and_applied<K: Resource<DynamicType = ()>>(object: &K, kind: &str, name: &str) {
+    assert_owned_and_written(object, kind, name, "Apply")
+}
+
+/// The object is owned by `kind`/`name`, and the operator's field manager wrote it with
+/// `operation` (`Apply`, or `Update` for a create).
+fn assert_owned_and_written<K: Resource<DynamicType = ()>>(
+    object: &K,
+    kind: &str,
+    name: &str,
+    operation: &str,
+) {
+    let meta = object.meta();
+    let what = format!("{}/{}", K::kind(&()), meta.name.as_deref().unwrap_or("?"));
+    let owners = meta.owner_references.as_deref().unwrap_or_default();
+    assert!(
+        owners
+            .iter()
+            .any(|o| o.kind == kind && o.name == name && o.controller == Some(true)),
+        "{what}: no controller owner reference to {kind}/{name}: {owners:?}"
+    );
+    let managers = meta.managed_fields.as_deref().unwrap_or_default();
+    assert!(
+        managers
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("sigx-operator")
+                && m.operation.as_deref() == Some(operation)),
+        "{what}: not written ({operation}) by the field manager sigx-operator: {:?}",
+        managers
+            .iter()
+            .map(|m| (m.manager.clone(), m.operation.clone()))
+            .collect::<Vec<_>>()
+    );
+}
+
+async fn owned_by<K>(client: &kube::Client, owner_uid: &str) -> Vec<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    api::<K>(client)
+        .list(&ListParams::default())
+        .await
+        .expect("LIST")
+        .items
+        .into_iter()
+        .filter(|o| o.owner_references().iter().any(|r| r.uid == owner_uid))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
+    let cp = ControlPlane::start_with_crds();
+    let client = cp.client(NS).await;
+    controlplane::create_namespace(&client, NS).await;
+    let _operator = Operator::spawn(&cp);
+
+    let pp = PostParams::default();
+    let cluster: ActorCluster = controlplane::repo_yaml("examples/k8s/cluster.yaml");
+    api::<ActorCluster>(&client)
+        .create(&pp, &cluster)
+        .await
+        .unwrap();
+    for file in ["role-engine.yaml", "role-web.yaml"] {
+        let role: ActorRole = controlplane::repo_yaml(&format!("examples/k8s/{file}"));
+        api::<ActorRole>(&client).create(&pp, &role).await.unwrap();
+    }
+
+    // What the cluster owns, by server-side apply.
+    let secret: Secret =
+        eventually("the generated Secret", || get(&client, "demo-sigx-secret")).await;
+    // The Secret is immutable and created once (a POST), not applied; a real server records
+    // the create under the PostParams' field manager ("unknown" when none is given).
+    assert_owned_and_written(&secret, "ActorCluster", "demo", "Update");
+    let sa: ServiceAccount = eventually("the ServiceAccount", || get(&client, "demo-sigx")).await;
+    assert_owned_and_applied(&sa, "ActorCluster", "demo");
+    let role: Role = eventually("the Lease Role", || get(&client, "demo-sigx-leases")).await;
+    assert_owned_and_applied(&role, "ActorCluster", "demo");
+    let binding: RoleBinding =
+        eventually("the RoleBinding", || get(&client, "demo-sigx-leases")).await;
+    assert_owned_and_applied(&binding, "ActorCluster", "demo");
+
+    // What each role owns, and what the real Deployment and ReplicaSet controllers make of it:
+    // the real ServiceAccount admission accepts the Pods only because the operator created the
+    // ServiceAccount they name.
+    for (name, replicas) in [("engine", 3usize), ("web", 2)] {
+        let d: Deployment =
+            eventually(&format!("the {name} Deployment"), || get(&client, name)).await;
+        assert_owned_and_applied(&d, "ActorRole", name);
+        let d_uid = d.uid().unwrap();
+        let rs: ReplicaSet = eventually(&format!("{name}'s ReplicaSet"), || async {
+            owned_by::<ReplicaSet>(&client, &d_uid).await.pop()
+        })
+        .await;
+        let rs_uid = rs.uid().unwrap();
+        let pods = eventually(&format!("{replicas} pods of {name}"), || async {
+            Some(owned_by::<Pod>(&client, &rs_uid).await).filter(|p| p.len() == replicas)
+        })
+        .await;
+        for pod in &pods {
+            let spec = pod.spec.as_ref().unwrap();
+            assert_eq!(spec.service_account_name.as_deref(), Some("demo-sigx"));
+            // The sidecar is a native sidecar (an init container that keeps running), which
+            // the real server's Pod validation accepts.
+            let sidecar = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .find(|c| c.name == "sigx-sidecar")
+                .expect("the sidecar is injected");
+            assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        }
+    }
+
+    // Status conditions on the CRs, written through the real /status subresource. No pod runs
+    // (there is no kubelet), so no host holds a Lease: Ready is False for that reason.
+    let status = eventually("the ActorCluster's conditions", || async {
+        get::<ActorCluster>(&client, "demo")
+            .await
+            .and_then(|c| c.status)
+            .filter(|s| s.conditions.iter().any(|c| c.type_ == "Ready"))
+    })
+    .await;
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(ready.status, "False", "{ready:?}");
+    assert_eq!(status.hosts, 0);
+    let role_status = eventually("the engine role's conditions", || async {
+        get::<ActorRole>(&client, "engine")
+            .await
+            .and_then(|r| r.status)
+            .filter(|s| !s.conditions.is_empty())
+    })
+    .await;
+    assert!(
+        role_status.conditions.iter().any(|c| c.type_ == "Ready"),
+        "{:?}",
+        role_status.conditions
+    );
+
+    // Leader election on a real Lease.
+    let lease: Lease = eventually("the operator's leader Lease", || {
+        get(&client, "sigx-operator")
+    })
+    .await;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert_eq!(holder, "op-a");
+
+    // Deleting a role: the real garbage collector removes its Deployment, then the ReplicaSet
+    // and the Pods (each owned by the one before).
+    let web: Deployment = get(&client, "web").await.unwrap();
+    let web_uid = web.uid().unwrap();
+    let web_rs = owned_by::<ReplicaSet>(&client, &web_uid).await;
+    api::<ActorRole>(&client)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    eventually(
+        "web's Deployment, ReplicaSet and Pods to be collected",
+        || async {
+            let d = get::<Deployment>(&client, "web").await;
+            let rs = owned_by::<ReplicaSet>(&client, &web_uid).await;
+            let mut pods = Vec::new();
+            for r in &web_rs {
+                pods.extend(owned_by::<Pod>(&client, &r.uid().unwrap()).await);
+            }
+            (d.is_none() && rs.is_empty() && pods.is_empty()).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "ActorRole deleted → its Deployment, ReplicaSet and Pods collected after {:?}",
+        t0.elapsed()
+    );
+
+    // Deleting the cluster: its Secret, ServiceAccount and RBAC go; the operator does not
+    // re-create them, and the remaining role says why it is stuck.
+    api::<ActorCluster>(&client)
+        .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t0 = tokio::time::Instant::now();
+    eventually("the cluster's objects to be collected", || async {
+        let gone = get::<Secret>(&client, "demo-sigx-secret").await.is_none()
+            && get::<ServiceAccount>(&client, "demo-sigx").await.is_none()
+            && get::<Role>(&client, "demo-sigx-leases").await.is_none()
+            && get::<RoleBinding>(&client, "demo-sigx-leases")
+                .await
+                .is_none();
+        gone.then_some(())
+    })
+    .await;
+    eprintln!(
+        "ActorCluster deleted → its objects collected after {:?}",
+        t0.elapsed()
+    );
+    eventually("the engine role to report its missing cluster", || async {
+        get::<ActorRole>(&client, "engine")
+            .await
+            .and_then(|r| r.status)
+            .filter(|s| s.conditions.iter().any(|c| c.reason == "ClusterNotFound"))
+    })
+    .await;
+    assert!(get::<Secret>(&client, "demo-sigx-secret").await.is_none());
+}
