@@ -5,6 +5,7 @@
 //! collection round ends when the view changes under it.
 
 use async_trait::async_trait;
+mod support;
 use bytes::Bytes;
 use futures::future::join_all;
 use sigx_proto::v1::DeliverRequest;
@@ -22,6 +23,7 @@ use sigx_sidecar::runtime::{ActivationGate, ActorId};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use support::relay::HoldAnswers;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -457,48 +459,6 @@ async fn the_check_catches_collect_answered_across_fingerprints() {
     );
 }
 
-/// Dials `held` through a relay whose answers (server to client bytes) wait while the gate is
-/// closed: a Register's grant can be kept in flight while the cluster moves on.
-struct HoldAnswers {
-    held: String,
-    open: tokio::sync::watch::Receiver<bool>,
-}
-
-#[async_trait]
-impl Connector for HoldAnswers {
-    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
-        let upstream = tokio::net::TcpStream::connect(addr).await?;
-        upstream.set_nodelay(true)?;
-        if addr != self.held {
-            return Ok(Box::new(upstream));
-        }
-        let (mine, theirs) = tokio::io::duplex(256 * 1024);
-        let (mut up_r, mut up_w) = upstream.into_split();
-        let (mut th_r, mut th_w) = tokio::io::split(theirs);
-        tokio::spawn(async move {
-            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
-        });
-        let mut open = self.open.clone();
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match up_r.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                if open.wait_for(|o| *o).await.is_err() {
-                    return;
-                }
-                if th_w.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Box::new(mine))
-    }
-}
-
 /// Rule 1's term re-check, end to end. Host a's `Register` of X is granted by the owner o, but
 /// the grant is held on the wire. Meanwhile n becomes active and owns X's partition, collects
 /// it (a does not report X: its claim has not finished), and b claims X at n. Then n expires,
@@ -511,7 +471,7 @@ async fn held_grant_winners(faults: ProtocolFaults) -> (usize, u64) {
     let mut c = Cluster::start_custom(5, faults, Duration::from_secs(20), |i, addrs| {
         if i == a {
             let c: Arc<dyn Connector> = Arc::new(HoldAnswers {
-                held: addrs[o].clone(),
+                held: Some(addrs[o].clone()),
                 open: gate_rx.clone(),
             });
             // Long enough that a waits for the held grant instead of asking again.
@@ -664,7 +624,7 @@ async fn a_host_that_starts_leaving_while_its_register_is_in_flight_aborts_the_c
         |i, addrs| {
             if i == a {
                 let c: Arc<dyn Connector> = Arc::new(HoldAnswers {
-                    held: addrs[o].clone(),
+                    held: Some(addrs[o].clone()),
                     open: gate_rx.clone(),
                 });
                 (c, Duration::from_secs(30))

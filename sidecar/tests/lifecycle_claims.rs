@@ -5,16 +5,16 @@
 
 mod support;
 
-use async_trait::async_trait;
 use sigx_proto::v1;
 use sigx_sidecar::directory::partition;
 use sigx_sidecar::host::{Host, HostOptions, StopKind, dir_view};
 use sigx_sidecar::membership::{HostStatus, MemoryHub};
-use sigx_sidecar::mesh::{BoxedIo, Connector, TcpConnector};
+use sigx_sidecar::mesh::{Connector, TcpConnector};
 use sigx_sidecar::runtime::ActorId;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use support::relay;
 use support::*;
 use tokio::time::Instant;
 
@@ -277,44 +277,6 @@ async fn a_call_racing_an_idle_deactivation_waits_for_it_and_succeeds() {
     a.host.stop(StopKind::Graceful).await;
 }
 
-/// Dials over TCP through a relay whose answers (peer to us) wait while `open` is false: the
-/// peer gets our requests, we get nothing back, like a peer whose replies are stuck.
-struct HeldAnswers {
-    open: tokio::sync::watch::Receiver<bool>,
-}
-
-#[async_trait]
-impl Connector for HeldAnswers {
-    async fn connect(&self, addr: &str) -> std::io::Result<BoxedIo> {
-        let upstream = tokio::net::TcpStream::connect(addr).await?;
-        upstream.set_nodelay(true)?;
-        let (mine, theirs) = tokio::io::duplex(256 * 1024);
-        let (mut up_r, mut up_w) = upstream.into_split();
-        let (mut th_r, mut th_w) = tokio::io::split(theirs);
-        tokio::spawn(async move {
-            let _ = tokio::io::copy(&mut th_r, &mut up_w).await;
-        });
-        let mut open = self.open.clone();
-        tokio::spawn(async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match up_r.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => n,
-                };
-                if open.wait_for(|o| *o).await.is_err() {
-                    return;
-                }
-                if th_w.write_all(&buf[..n]).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Box::new(mine))
-    }
-}
-
 /// The CI failure of `a_rolling_restart_under_load_loses_no_call`: a call reached a host just
 /// before it started draining, its activation was still claiming (the directory owner's answer
 /// slow), and the graceful stop waited for that claim until the call's deadline (10 s), the
@@ -335,7 +297,10 @@ async fn a_stop_abandons_claims_still_in_progress_instead_of_waiting_out_their_d
         &["--drain-timeout-ms", "20000"],
         0,
         HashMap::new(),
-        Arc::new(HeldAnswers { open: open_rx }),
+        Arc::new(relay::HoldAnswers {
+            held: None,
+            open: open_rx,
+        }),
     )
     .await;
     let b = node(dir.path(), &hub, "b", &[], 0, HashMap::new()).await;

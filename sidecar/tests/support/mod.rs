@@ -1,6 +1,8 @@
 //! A test app speaking the raw wire contract (no SDK), and helpers to run an in-process host.
 #![allow(dead_code)]
 
+pub mod relay;
+
 use bytes::Bytes;
 use sigx_proto::v1;
 use sigx_proto::v1::actor_host_client::ActorHostClient;
