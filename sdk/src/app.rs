@@ -24,6 +24,9 @@ type DeactivateFn<S> = Arc<
     dyn Fn(ActorContext<S>, DeactivateReason) -> BoxFuture<Result<(), ActorError>> + Send + Sync,
 >;
 type WorkerFn = Arc<dyn Fn(Context) -> BoxFuture<Result<Bytes, ActorError>> + Send + Sync>;
+type ReminderFn<S> = Arc<
+    dyn Fn(ActorContext<S>, crate::Reminder) -> BoxFuture<Result<(), ActorError>> + Send + Sync,
+>;
 
 /// A stateful actor type: one activation per key across the fleet, turn-based, holding state
 /// `S` in memory for as long as the activation lives.
@@ -45,6 +48,7 @@ pub struct ActorType<S> {
     idle_timeout: Option<Duration>,
     activate: ActivateFn<S>,
     deactivate: Option<DeactivateFn<S>>,
+    reminder: Option<ReminderFn<S>>,
     methods: BTreeMap<String, MethodFn<S>>,
 }
 
@@ -62,6 +66,7 @@ impl<S: Send + 'static> ActorType<S> {
             idle_timeout: None,
             activate: Arc::new(move |ctx| Box::pin(activate(ctx))),
             deactivate: None,
+            reminder: None,
             methods: BTreeMap::new(),
         }
     }
@@ -118,6 +123,18 @@ impl<S: Send + 'static> ActorType<S> {
         Fut: Future<Output = Result<(), ActorError>> + Send + 'static,
     {
         self.deactivate = Some(Arc::new(move |ctx, reason| Box::pin(hook(ctx, reason))));
+        self
+    }
+
+    /// Handles the actor's due reminders (set with `set_reminder`), one turn per delivery.
+    /// Delivery is at least once: make the handler idempotent per (`name`, `due`). An error
+    /// (or a timeout) has the sidecar deliver the occurrence again with backoff.
+    pub fn on_reminder<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ActorContext<S>, crate::Reminder) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ActorError>> + Send + 'static,
+    {
+        self.reminder = Some(Arc::new(move |ctx, r| Box::pin(handler(ctx, r))));
         self
     }
 }
@@ -193,11 +210,12 @@ impl WorkerType {
 }
 
 /// What a turn asks of a type.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum TurnKind {
     Activate,
     Invoke,
     Deactivate(DeactivateReason),
+    Reminder(crate::Reminder),
 }
 
 /// An actor type with its state type erased, plus its live activations.
@@ -272,6 +290,25 @@ impl<S: Send + 'static> ActorTypeDyn for ActorRuntime<S> {
                         )));
                     };
                     handler(ActorContext { ctx, state }).await
+                }
+                TurnKind::Reminder(reminder) => {
+                    let Some(handler) = self.def.reminder.clone() else {
+                        return Err(ActorError::invalid(format!(
+                            "{} has no reminder handler, but reminder {:?} came due; add \
+                             .on_reminder(..) to the type, or delete the reminder",
+                            ctx.actor_type, reminder.name
+                        )));
+                    };
+                    let state = self.live.lock().unwrap().get(&ctx.activation_id).cloned();
+                    let Some(state) = state else {
+                        return Err(ActorError::invalid(format!(
+                            "{}/{} has no live activation {:?} in this app (no Activate turn \
+                             preceded this one)",
+                            ctx.actor_type, ctx.key, &*ctx.activation_id
+                        )));
+                    };
+                    handler(ActorContext { ctx, state }, reminder).await?;
+                    Ok(Bytes::new())
                 }
                 TurnKind::Deactivate(reason) => {
                     let state = self.live.lock().unwrap().remove(&ctx.activation_id);
@@ -514,6 +551,14 @@ impl Dispatcher {
                 String::new(),
                 Bytes::new(),
             ),
+            Some(v1::turn::Kind::Reminder(r)) => {
+                let payload = r.payload.clone();
+                (
+                    TurnKind::Reminder(crate::Reminder::from_proto(r)),
+                    String::new(),
+                    payload,
+                )
+            }
             None => return Err(ActorError::invalid("the turn has no kind")),
         };
         let storage = crate::storage::Storage {
@@ -553,6 +598,10 @@ impl Dispatcher {
                     Some(handler) => Ok(handler(ctx)),
                     None => Err(no_such_method(&ctx, worker.methods.keys())),
                 },
+                TurnKind::Reminder(_) => Err(ActorError::invalid(format!(
+                    "{} is a worker type: workers have no reminders",
+                    ctx.actor_type
+                ))),
             };
         }
         let known: BTreeSet<&str> = self

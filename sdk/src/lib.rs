@@ -54,6 +54,7 @@ mod connect;
 mod context;
 mod members;
 pub mod payload;
+mod reminders;
 mod serve;
 mod storage;
 
@@ -63,6 +64,7 @@ pub use client::{ActorHandle, Client, Subscription, WorkerOn};
 pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, SidecarChannel, socket_from_env};
 pub use context::{ActorContext, Context};
 pub use members::{Host, HostStatus, MemberFilter, Members};
+pub use reminders::{Due, Reminder, ReminderInfo};
 pub use serve::{Backoff, ServeError, ServeHandle, ServeState};
 pub use sigx_proto::v1::DeactivateReason;
 pub use sigx_proto::{ActorError, ErrorKind};

@@ -134,6 +134,447 @@ func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
 }
 
+// Sets a reminder.
+type SetReminderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor to remind: a stateful actor type.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// Unique per actor, 1..=256 bytes. Setting an existing name replaces that reminder (its due
+	// time, period and payload), including one being delivered at the moment: that delivery's
+	// outcome no longer changes the new reminder.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// When the reminder is first due. Exactly one of the two; a time in the past is due now.
+	//
+	// Types that are valid to be assigned to Due:
+	//
+	//	*SetReminderRequest_DueUnixMs
+	//	*SetReminderRequest_DueInMs
+	Due isSetReminderRequest_Due `protobuf_oneof:"due"`
+	// 0 = one-shot: deleted once delivered. Otherwise due again every `period_ms` (at least 100)
+	// after each due time; occurrences missed while nobody could deliver them (a whole fleet
+	// down) are skipped, not replayed: the next due time is the first one after now.
+	PeriodMs uint64 `protobuf:"varint,5,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// Delivered with every occurrence, at most 64 KiB.
+	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetReminderRequest) Reset() {
+	*x = SetReminderRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetReminderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetReminderRequest) ProtoMessage() {}
+
+func (x *SetReminderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetReminderRequest.ProtoReflect.Descriptor instead.
+func (*SetReminderRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetReminderRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *SetReminderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetReminderRequest) GetDue() isSetReminderRequest_Due {
+	if x != nil {
+		return x.Due
+	}
+	return nil
+}
+
+func (x *SetReminderRequest) GetDueUnixMs() int64 {
+	if x != nil {
+		if x, ok := x.Due.(*SetReminderRequest_DueUnixMs); ok {
+			return x.DueUnixMs
+		}
+	}
+	return 0
+}
+
+func (x *SetReminderRequest) GetDueInMs() uint64 {
+	if x != nil {
+		if x, ok := x.Due.(*SetReminderRequest_DueInMs); ok {
+			return x.DueInMs
+		}
+	}
+	return 0
+}
+
+func (x *SetReminderRequest) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *SetReminderRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+type isSetReminderRequest_Due interface {
+	isSetReminderRequest_Due()
+}
+
+type SetReminderRequest_DueUnixMs struct {
+	// Absolute, Unix milliseconds on the wall clock.
+	DueUnixMs int64 `protobuf:"varint,3,opt,name=due_unix_ms,json=dueUnixMs,proto3,oneof"`
+}
+
+type SetReminderRequest_DueInMs struct {
+	// Relative to now (the sidecar's wall clock), in milliseconds.
+	DueInMs uint64 `protobuf:"varint,4,opt,name=due_in_ms,json=dueInMs,proto3,oneof"`
+}
+
+func (*SetReminderRequest_DueUnixMs) isSetReminderRequest_Due() {}
+
+func (*SetReminderRequest_DueInMs) isSetReminderRequest_Due() {}
+
+// The reminder as stored.
+type SetReminderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its first due time, Unix milliseconds.
+	DueUnixMs     int64 `protobuf:"varint,1,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetReminderResponse) Reset() {
+	*x = SetReminderResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetReminderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetReminderResponse) ProtoMessage() {}
+
+func (x *SetReminderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetReminderResponse.ProtoReflect.Descriptor instead.
+func (*SetReminderResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetReminderResponse) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
+// Deletes a reminder.
+type DeleteReminderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actor         *ActorRef              `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReminderRequest) Reset() {
+	*x = DeleteReminderRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReminderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReminderRequest) ProtoMessage() {}
+
+func (x *DeleteReminderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReminderRequest.ProtoReflect.Descriptor instead.
+func (*DeleteReminderRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DeleteReminderRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *DeleteReminderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteReminderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a reminder of that name existed.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteReminderResponse) Reset() {
+	*x = DeleteReminderResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteReminderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteReminderResponse) ProtoMessage() {}
+
+func (x *DeleteReminderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteReminderResponse.ProtoReflect.Descriptor instead.
+func (*DeleteReminderResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DeleteReminderResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+// Lists an actor's reminders.
+type ListRemindersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Actor         *ActorRef              `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemindersRequest) Reset() {
+	*x = ListRemindersRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemindersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemindersRequest) ProtoMessage() {}
+
+func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemindersRequest.ProtoReflect.Descriptor instead.
+func (*ListRemindersRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListRemindersRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+type ListRemindersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sorted by name.
+	Reminders     []*ReminderInfo `protobuf:"bytes,1,rep,name=reminders,proto3" json:"reminders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemindersResponse) Reset() {
+	*x = ListRemindersResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemindersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemindersResponse) ProtoMessage() {}
+
+func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemindersResponse.ProtoReflect.Descriptor instead.
+func (*ListRemindersResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
+	if x != nil {
+		return x.Reminders
+	}
+	return nil
+}
+
+// One stored reminder.
+type ReminderInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its next due time, Unix milliseconds.
+	DueUnixMs int64 `protobuf:"varint,2,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	// 0 = one-shot.
+	PeriodMs uint64 `protobuf:"varint,3,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	Payload  []byte `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Failed deliveries of the current due time so far (it is retried with backoff).
+	FailedAttempts uint32 `protobuf:"varint,5,opt,name=failed_attempts,json=failedAttempts,proto3" json:"failed_attempts,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReminderInfo) Reset() {
+	*x = ReminderInfo{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReminderInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReminderInfo) ProtoMessage() {}
+
+func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReminderInfo.ProtoReflect.Descriptor instead.
+func (*ReminderInfo) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *ReminderInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReminderInfo) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
+func (x *ReminderInfo) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *ReminderInfo) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *ReminderInfo) GetFailedAttempts() uint32 {
+	if x != nil {
+		return x.FailedAttempts
+	}
+	return 0
+}
+
 // Reads state entries of one actor.
 type ReadStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -153,7 +594,7 @@ type ReadStateRequest struct {
 
 func (x *ReadStateRequest) Reset() {
 	*x = ReadStateRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -165,7 +606,7 @@ func (x *ReadStateRequest) String() string {
 func (*ReadStateRequest) ProtoMessage() {}
 
 func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -178,7 +619,7 @@ func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadStateRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadStateRequest) GetActor() *ActorRef {
@@ -227,7 +668,7 @@ type ReadStateResponse struct {
 
 func (x *ReadStateResponse) Reset() {
 	*x = ReadStateResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +680,7 @@ func (x *ReadStateResponse) String() string {
 func (*ReadStateResponse) ProtoMessage() {}
 
 func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +693,7 @@ func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadStateResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadStateResponse) GetEntries() []*StateEntry {
@@ -275,7 +716,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +728,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +741,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StateEntry) GetKey() string {
@@ -339,7 +780,7 @@ type StateWrite struct {
 
 func (x *StateWrite) Reset() {
 	*x = StateWrite{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +792,7 @@ func (x *StateWrite) String() string {
 func (*StateWrite) ProtoMessage() {}
 
 func (x *StateWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +805,7 @@ func (x *StateWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWrite.ProtoReflect.Descriptor instead.
 func (*StateWrite) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StateWrite) GetKey() string {
@@ -432,7 +873,7 @@ type AppMessage struct {
 
 func (x *AppMessage) Reset() {
 	*x = AppMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +885,7 @@ func (x *AppMessage) String() string {
 func (*AppMessage) ProtoMessage() {}
 
 func (x *AppMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +898,7 @@ func (x *AppMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppMessage.ProtoReflect.Descriptor instead.
 func (*AppMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AppMessage) GetMsg() isAppMessage_Msg {
@@ -531,7 +972,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +984,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +997,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 // Registers the app's types with its sidecar.
@@ -574,7 +1015,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +1027,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +1040,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Register) GetActors() []*ActorTypeSpec {
@@ -640,7 +1081,7 @@ type ActorTypeSpec struct {
 
 func (x *ActorTypeSpec) Reset() {
 	*x = ActorTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +1093,7 @@ func (x *ActorTypeSpec) String() string {
 func (*ActorTypeSpec) ProtoMessage() {}
 
 func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +1106,7 @@ func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTypeSpec.ProtoReflect.Descriptor instead.
 func (*ActorTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ActorTypeSpec) GetName() string {
@@ -711,7 +1152,7 @@ type WorkerTypeSpec struct {
 
 func (x *WorkerTypeSpec) Reset() {
 	*x = WorkerTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +1164,7 @@ func (x *WorkerTypeSpec) String() string {
 func (*WorkerTypeSpec) ProtoMessage() {}
 
 func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +1177,7 @@ func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerTypeSpec.ProtoReflect.Descriptor instead.
 func (*WorkerTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WorkerTypeSpec) GetName() string {
@@ -775,7 +1216,7 @@ type SidecarMessage struct {
 
 func (x *SidecarMessage) Reset() {
 	*x = SidecarMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1228,7 @@ func (x *SidecarMessage) String() string {
 func (*SidecarMessage) ProtoMessage() {}
 
 func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1241,7 @@ func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
 func (*SidecarMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SidecarMessage) GetMsg() isSidecarMessage_Msg {
@@ -878,7 +1319,7 @@ type FenceNotice struct {
 
 func (x *FenceNotice) Reset() {
 	*x = FenceNotice{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1331,7 @@ func (x *FenceNotice) String() string {
 func (*FenceNotice) ProtoMessage() {}
 
 func (x *FenceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1344,7 @@ func (x *FenceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
 func (*FenceNotice) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FenceNotice) GetReason() string {
@@ -926,7 +1367,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1379,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1392,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Registered) GetHostId() string {
@@ -1015,6 +1456,7 @@ type Turn struct {
 	//	*Turn_Activate
 	//	*Turn_Invoke
 	//	*Turn_Deactivate
+	//	*Turn_Reminder
 	Kind          isTurn_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1022,7 +1464,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1476,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1489,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -1126,6 +1568,15 @@ func (x *Turn) GetDeactivate() *Deactivate {
 	return nil
 }
 
+func (x *Turn) GetReminder() *Reminder {
+	if x != nil {
+		if x, ok := x.Kind.(*Turn_Reminder); ok {
+			return x.Reminder
+		}
+	}
+	return nil
+}
+
 type isTurn_Kind interface {
 	isTurn_Kind()
 }
@@ -1145,11 +1596,103 @@ type Turn_Deactivate struct {
 	Deactivate *Deactivate `protobuf:"bytes,7,opt,name=deactivate,proto3,oneof"`
 }
 
+type Turn_Reminder struct {
+	// A due reminder of the actor (see `SetReminder`).
+	Reminder *Reminder `protobuf:"bytes,10,opt,name=reminder,proto3,oneof"`
+}
+
 func (*Turn_Activate) isTurn_Kind() {}
 
 func (*Turn_Invoke) isTurn_Kind() {}
 
 func (*Turn_Deactivate) isTurn_Kind() {}
+
+func (*Turn_Reminder) isTurn_Kind() {}
+
+// A due reminder, delivered as a turn of its actor: turn-based like any other turn, bounded by
+// the same not-after, and its state writes commit the same way. Delivery is at least once: a
+// turn that fails (an error, a timeout, its host dying) is delivered again with backoff, so make
+// the handler idempotent per (`name`, `due_unix_ms`). Answer `ok` to mark the occurrence done.
+type Reminder struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The reminder's name.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The payload it was set with.
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The due time of this occurrence, Unix milliseconds: the same on every retry of it.
+	DueUnixMs int64 `protobuf:"varint,3,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	// 0 = one-shot.
+	PeriodMs uint64 `protobuf:"varint,4,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// 1 for the first delivery of this occurrence, 2 and up for retries.
+	Attempt       uint32 `protobuf:"varint,5,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reminder) Reset() {
+	*x = Reminder{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reminder) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reminder) ProtoMessage() {}
+
+func (x *Reminder) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reminder.ProtoReflect.Descriptor instead.
+func (*Reminder) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Reminder) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Reminder) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *Reminder) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
+func (x *Reminder) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *Reminder) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
 
 // Starts an activation.
 type Activate struct {
@@ -1160,7 +1703,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1715,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1728,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 // Invokes a method.
@@ -1201,7 +1744,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1756,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1769,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -1253,7 +1796,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1808,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1821,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -1310,7 +1853,7 @@ type TurnResult struct {
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1865,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1878,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -1411,7 +1954,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1966,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1979,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -1471,7 +2014,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +2026,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +2039,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -1538,7 +2081,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +2093,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +2106,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -1585,7 +2128,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +2140,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +2153,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -1641,7 +2184,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +2196,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +2209,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -1700,7 +2243,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +2255,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +2268,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -1771,7 +2314,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2326,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2339,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{31}
 }
 
 // Live activations of one type.
@@ -1810,7 +2353,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2365,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2378,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -1875,7 +2418,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2430,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2443,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -1956,7 +2499,32 @@ var File_sigx_actors_v1_app_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
-	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xa3\x01\n" +
+	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xd6\x01\n" +
+	"\x12SetReminderRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
+	"\vdue_unix_ms\x18\x03 \x01(\x03H\x00R\tdueUnixMs\x12\x1c\n" +
+	"\tdue_in_ms\x18\x04 \x01(\x04H\x00R\adueInMs\x12\x1b\n" +
+	"\tperiod_ms\x18\x05 \x01(\x04R\bperiodMs\x12\x18\n" +
+	"\apayload\x18\x06 \x01(\fR\apayloadB\x05\n" +
+	"\x03due\"5\n" +
+	"\x13SetReminderResponse\x12\x1e\n" +
+	"\vdue_unix_ms\x18\x01 \x01(\x03R\tdueUnixMs\"[\n" +
+	"\x15DeleteReminderRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"2\n" +
+	"\x16DeleteReminderResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"F\n" +
+	"\x14ListRemindersRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\"S\n" +
+	"\x15ListRemindersResponse\x12:\n" +
+	"\treminders\x18\x01 \x03(\v2\x1c.sigx.actors.v1.ReminderInfoR\treminders\"\xa2\x01\n" +
+	"\fReminderInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\vdue_unix_ms\x18\x02 \x01(\x03R\tdueUnixMs\x12\x1b\n" +
+	"\tperiod_ms\x18\x03 \x01(\x04R\bperiodMs\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12'\n" +
+	"\x0ffailed_attempts\x18\x05 \x01(\rR\x0efailedAttempts\"\xa3\x01\n" +
 	"\x10ReadStateRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x14\n" +
@@ -2008,7 +2576,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\x84\x03\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xbc\x03\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
@@ -2021,8 +2589,16 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x06invoke\x18\x06 \x01(\v2\x16.sigx.actors.v1.InvokeH\x00R\x06invoke\x12<\n" +
 	"\n" +
 	"deactivate\x18\a \x01(\v2\x1a.sigx.actors.v1.DeactivateH\x00R\n" +
-	"deactivateB\x06\n" +
-	"\x04kind\"\n" +
+	"deactivate\x126\n" +
+	"\breminder\x18\n" +
+	" \x01(\v2\x18.sigx.actors.v1.ReminderH\x00R\breminderB\x06\n" +
+	"\x04kind\"\x8f\x01\n" +
+	"\bReminder\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1e\n" +
+	"\vdue_unix_ms\x18\x03 \x01(\x03R\tdueUnixMs\x12\x1b\n" +
+	"\tperiod_ms\x18\x04 \x01(\x04R\bperiodMs\x12\x18\n" +
+	"\aattempt\x18\x05 \x01(\rR\aattempt\"\n" +
 	"\n" +
 	"\bActivate\":\n" +
 	"\x06Invoke\x12\x16\n" +
@@ -2085,7 +2661,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
-	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xa0\x04\n" +
+	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xb7\x06\n" +
 	"\tActorHost\x12G\n" +
 	"\x05Serve\x12\x1a.sigx.actors.v1.AppMessage\x1a\x1e.sigx.actors.v1.SidecarMessage(\x010\x01\x12A\n" +
 	"\x04Call\x12\x1b.sigx.actors.v1.CallRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12J\n" +
@@ -2094,7 +2670,10 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"DispatchOn\x12!.sigx.actors.v1.DispatchOnRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12Q\n" +
 	"\fWatchMembers\x12\x1e.sigx.actors.v1.MembersRequest\x1a\x1f.sigx.actors.v1.MembersResponse0\x01\x12G\n" +
 	"\x06Status\x12\x1d.sigx.actors.v1.StatusRequest\x1a\x1e.sigx.actors.v1.StatusResponse\x12P\n" +
-	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponseb\x06proto3"
+	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponse\x12V\n" +
+	"\vSetReminder\x12\".sigx.actors.v1.SetReminderRequest\x1a#.sigx.actors.v1.SetReminderResponse\x12_\n" +
+	"\x0eDeleteReminder\x12%.sigx.actors.v1.DeleteReminderRequest\x1a&.sigx.actors.v1.DeleteReminderResponse\x12\\\n" +
+	"\rListReminders\x12$.sigx.actors.v1.ListRemindersRequest\x1a%.sigx.actors.v1.ListRemindersResponseb\x06proto3"
 
 var (
 	file_sigx_actors_v1_app_proto_rawDescOnce sync.Once
@@ -2109,87 +2688,106 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
-	(DeactivateReason)(0),     // 0: sigx.actors.v1.DeactivateReason
-	(MemberStatusFilter)(0),   // 1: sigx.actors.v1.MemberStatusFilter
-	(*ReadStateRequest)(nil),  // 2: sigx.actors.v1.ReadStateRequest
-	(*ReadStateResponse)(nil), // 3: sigx.actors.v1.ReadStateResponse
-	(*StateEntry)(nil),        // 4: sigx.actors.v1.StateEntry
-	(*StateWrite)(nil),        // 5: sigx.actors.v1.StateWrite
-	(*AppMessage)(nil),        // 6: sigx.actors.v1.AppMessage
-	(*Drain)(nil),             // 7: sigx.actors.v1.Drain
-	(*Register)(nil),          // 8: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),     // 9: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),    // 10: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),    // 11: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),       // 12: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),        // 13: sigx.actors.v1.Registered
-	(*Turn)(nil),              // 14: sigx.actors.v1.Turn
-	(*Activate)(nil),          // 15: sigx.actors.v1.Activate
-	(*Invoke)(nil),            // 16: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),        // 17: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),        // 18: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),         // 19: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),       // 20: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),      // 21: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),    // 22: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),   // 23: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil), // 24: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),     // 25: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),   // 26: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),    // 27: sigx.actors.v1.StatusResponse
-	nil,                       // 28: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),          // 29: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),            // 30: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),    // 31: sigx.actors.v1.HostDescriptor
+	(DeactivateReason)(0),          // 0: sigx.actors.v1.DeactivateReason
+	(MemberStatusFilter)(0),        // 1: sigx.actors.v1.MemberStatusFilter
+	(*SetReminderRequest)(nil),     // 2: sigx.actors.v1.SetReminderRequest
+	(*SetReminderResponse)(nil),    // 3: sigx.actors.v1.SetReminderResponse
+	(*DeleteReminderRequest)(nil),  // 4: sigx.actors.v1.DeleteReminderRequest
+	(*DeleteReminderResponse)(nil), // 5: sigx.actors.v1.DeleteReminderResponse
+	(*ListRemindersRequest)(nil),   // 6: sigx.actors.v1.ListRemindersRequest
+	(*ListRemindersResponse)(nil),  // 7: sigx.actors.v1.ListRemindersResponse
+	(*ReminderInfo)(nil),           // 8: sigx.actors.v1.ReminderInfo
+	(*ReadStateRequest)(nil),       // 9: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),      // 10: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),             // 11: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),             // 12: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),             // 13: sigx.actors.v1.AppMessage
+	(*Drain)(nil),                  // 14: sigx.actors.v1.Drain
+	(*Register)(nil),               // 15: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),          // 16: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),         // 17: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),         // 18: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),            // 19: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),             // 20: sigx.actors.v1.Registered
+	(*Turn)(nil),                   // 21: sigx.actors.v1.Turn
+	(*Reminder)(nil),               // 22: sigx.actors.v1.Reminder
+	(*Activate)(nil),               // 23: sigx.actors.v1.Activate
+	(*Invoke)(nil),                 // 24: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),             // 25: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),             // 26: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),              // 27: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),            // 28: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),           // 29: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),         // 30: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),        // 31: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil),      // 32: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),          // 33: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),        // 34: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),         // 35: sigx.actors.v1.StatusResponse
+	nil,                            // 36: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),               // 37: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),                 // 38: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),         // 39: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	29, // 0: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	4,  // 1: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	8,  // 2: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	18, // 3: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	7,  // 4: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	9,  // 5: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	10, // 6: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	13, // 7: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	14, // 8: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	12, // 9: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	29, // 10: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	15, // 11: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	16, // 12: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	17, // 13: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	0,  // 14: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	19, // 15: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	5,  // 16: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	30, // 17: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	29, // 18: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 19: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	31, // 20: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	29, // 21: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	31, // 22: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	26, // 23: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	28, // 24: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	23, // 25: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	6,  // 26: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	20, // 27: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	22, // 28: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	24, // 29: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	22, // 30: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	25, // 31: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	2,  // 32: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	11, // 33: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	21, // 34: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	23, // 35: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	21, // 36: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	23, // 37: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	27, // 38: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	3,  // 39: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	37, // 0: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	37, // 1: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	37, // 2: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	8,  // 3: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	37, // 4: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	11, // 5: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	15, // 6: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	26, // 7: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	14, // 8: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	16, // 9: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	17, // 10: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	20, // 11: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	21, // 12: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	19, // 13: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	37, // 14: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	23, // 15: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	24, // 16: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	25, // 17: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	22, // 18: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	0,  // 19: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	27, // 20: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	12, // 21: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	38, // 22: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	37, // 23: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 24: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	39, // 25: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	37, // 26: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	39, // 27: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	34, // 28: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	36, // 29: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	31, // 30: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	13, // 31: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	28, // 32: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	30, // 33: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	32, // 34: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	30, // 35: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	33, // 36: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	9,  // 37: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	2,  // 38: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	4,  // 39: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	6,  // 40: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	18, // 41: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	29, // 42: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	31, // 43: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	29, // 44: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	31, // 45: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	35, // 46: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	10, // 47: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	3,  // 48: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	5,  // 49: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	7,  // 50: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	41, // [41:51] is the sub-list for method output_type
+	31, // [31:41] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -2199,26 +2797,31 @@ func file_sigx_actors_v1_app_proto_init() {
 	}
 	file_sigx_actors_v1_errors_proto_init()
 	file_sigx_actors_v1_types_proto_init()
-	file_sigx_actors_v1_app_proto_msgTypes[3].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[0].OneofWrappers = []any{
+		(*SetReminderRequest_DueUnixMs)(nil),
+		(*SetReminderRequest_DueInMs)(nil),
+	}
+	file_sigx_actors_v1_app_proto_msgTypes[10].OneofWrappers = []any{
 		(*StateWrite_Put)(nil),
 		(*StateWrite_Delete)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[4].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[11].OneofWrappers = []any{
 		(*AppMessage_Register)(nil),
 		(*AppMessage_Result)(nil),
 		(*AppMessage_Drain)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[9].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
 		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[12].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[19].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
+		(*Turn_Reminder)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[24].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -2228,7 +2831,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

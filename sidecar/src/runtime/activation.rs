@@ -217,10 +217,7 @@ impl Caller {
                 activation_id: &self.activation_id,
                 epoch,
             },
-            TurnKind::Invoke {
-                method: method.to_string(),
-                payload,
-            },
+            TurnKind::of_call(method, payload),
             deadline,
             now,
             not_after,

@@ -134,6 +134,8 @@ pub struct RuntimeCounters {
     pub stale_epochs: AtomicU64,
     /// Commits the store failed (each supersedes an activation).
     pub state_failures: AtomicU64,
+    /// The reminder owner's counters (set through this host, delivered by it).
+    pub reminders: Arc<crate::reminders::ReminderCounters>,
 }
 
 impl RuntimeCounters {
@@ -156,6 +158,9 @@ impl RuntimeCounters {
             ("staleEpochs".to_string(), g(&self.stale_epochs)),
             ("stateFailures".to_string(), g(&self.state_failures)),
         ])
+        .into_iter()
+        .chain(self.reminders.snapshot())
+        .collect()
     }
 }
 
@@ -184,6 +189,8 @@ pub(crate) struct Inner {
     pub(crate) lifecycles: watch::Sender<u64>,
     /// Turns handed to the app that it may still be running (for the fenced withdrawal).
     outstanding: Arc<Outstanding>,
+    /// Wakes this host's reminder owner when a reminder is set here.
+    reminder_nudge: Arc<tokio::sync::Notify>,
 }
 
 /// The local actor runtime of one host.
@@ -240,8 +247,14 @@ impl Runtime {
                 in_flight: watch::channel(0).0,
                 lifecycles: watch::channel(0).0,
                 outstanding: Arc::new(Outstanding::default()),
+                reminder_nudge: Arc::default(),
             }),
         }
+    }
+
+    /// What wakes this host's reminder owner (a reminder was set here).
+    pub fn reminder_nudge(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.reminder_nudge.clone()
     }
 
     /// The runtime's settings.
@@ -412,8 +425,21 @@ impl Runtime {
             )));
         };
         let registry = &app.registry;
+        // A due reminder travels as sigx's own method; it is no app method, so the type's
+        // method list does not apply, and only actor types have reminders.
+        let reminder = method == crate::reminders::REMINDER_METHOD;
+        if reminder {
+            crate::reminders::decode_delivery(&payload)?;
+            if registry.workers.contains_key(&*actor.actor_type) {
+                return Err(ActorError::invalid(format!(
+                    "{:?} is a worker type, and workers have no reminders (no identity to \
+                     remind); set reminders on an actor type",
+                    actor.actor_type
+                )));
+            }
+        }
         if let Some(ty) = registry.actors.get(&*actor.actor_type) {
-            if !ty.methods.is_empty() && !ty.methods.contains(method) {
+            if !reminder && !ty.methods.is_empty() && !ty.methods.contains(method) {
                 return Err(unknown_method(actor, method, &ty.methods));
             }
             self.inner.gate.check_serving()?;

@@ -67,8 +67,29 @@ fn writes_of(writes: Vec<v1::StateWrite>) -> Result<Vec<StateWrite>, ActorError>
 #[derive(Debug, Clone)]
 pub enum TurnKind {
     Activate,
-    Invoke { method: String, payload: Bytes },
+    Invoke {
+        method: String,
+        payload: Bytes,
+    },
     Deactivate(v1::DeactivateReason),
+    /// A due reminder (`$reminder` deliveries).
+    Reminder(v1::Reminder),
+}
+
+impl TurnKind {
+    /// The turn a delivered call becomes: a method call, or a due reminder when the method is
+    /// sigx's own `$reminder` (whose payload the runtime checked before admitting the call).
+    pub fn of_call(method: &str, payload: Bytes) -> TurnKind {
+        if method == crate::reminders::REMINDER_METHOD
+            && let Ok(reminder) = crate::reminders::decode_delivery(&payload)
+        {
+            return TurnKind::Reminder(reminder);
+        }
+        TurnKind::Invoke {
+            method: method.to_string(),
+            payload,
+        }
+    }
 }
 
 fn never_sent(app: &str) -> ActorError {
@@ -300,6 +321,7 @@ impl AppSession {
             TurnKind::Deactivate(reason) => v1::turn::Kind::Deactivate(v1::Deactivate {
                 reason: reason as i32,
             }),
+            TurnKind::Reminder(reminder) => v1::turn::Kind::Reminder(reminder),
         };
         let msg = v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Turn(v1::Turn {
