@@ -70,7 +70,7 @@ pub enum PostgresStateError {
         "user {user:?} lacks a privilege the state store needs at {target}: {reason}; grant it \
          CREATE on the schema (to create the tables once), SELECT on sigx_state_schema, SELECT, \
          INSERT, UPDATE on sigx_actor_epochs and SELECT, INSERT, UPDATE, DELETE on \
-         sigx_actor_state"
+         sigx_actor_state and sigx_reminders"
     )]
     Permission {
         /// host:port/database.
