@@ -60,3 +60,53 @@ async fn reminders_fire_once_each_across_three_hosts_and_a_killed_owner_s_fire_a
         report.render()
     );
 }
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The scale run (`make bench-chaos` runs it on release binaries; BENCHMARKS.md has the
+/// figures): `SIGX_BENCH_REMINDERS` one-shot reminders (default 100,000) on 1,000 actors, set
+/// through the three pods in due order, due evenly over `SIGX_BENCH_REMINDER_SPAN_S` seconds
+/// (default 120) from 10 s after the first set, at the sidecars' default settings. Prints the
+/// set rate and the lateness percentiles; asserts every reminder fired exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a scale run (minutes); make bench-chaos runs it"]
+async fn at_scale_every_reminder_fires_exactly_once() {
+    let n = env_or("SIGX_BENCH_REMINDERS", 100_000) as usize;
+    let span = Duration::from_secs(env_or("SIGX_BENCH_REMINDER_SPAN_S", 120));
+    let actors = 1_000.min(n);
+    let mut fleet = Fleet::start(FleetConfig::default()).await;
+    let sockets = fleet.targets.read().unwrap().clone();
+    let t0 = now_ms();
+    let want = set_spread(&sockets, actors, n / actors, t0 + 10_000, span, 64).await;
+    let set_ms = now_ms() - t0;
+    println!(
+        "set {} reminders through 3 pods in {set_ms} ms ({:.0}/s)",
+        want.len(),
+        want.len() as f64 * 1000.0 / set_ms.max(1) as f64
+    );
+    let last_due = want.iter().map(|e| e.due_ms).max().unwrap_or(t0);
+    // Then wait until every one has fired (or 30 s past the last due time).
+    loop {
+        let got = deliveries(&fleet.trace_file());
+        if got.len() >= want.len() || now_ms() > last_due + 30_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = deliveries(&fleet.trace_file());
+    let report = ReminderReport::judge(&want, &got, None);
+    println!("{}", report.render());
+    fleet.shutdown().await;
+    assert!(
+        report.missing.is_empty(),
+        "{} never delivered",
+        report.missing.len()
+    );
+    assert_eq!(report.duplicates, 0, "{}", report.render());
+}

@@ -182,6 +182,52 @@ async fn the_sqlite_store_keeps_the_promises_across_handles_and_reopening() {
     assert_eq!(get(&s, &x, e, "a").await.as_deref(), Some("1"));
 }
 
+/// SQLite group-commits writes that queue up together: one refused batch among them is
+/// rolled back alone, and every other one is stored (and answered only once durable).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_sqlite_batch_among_concurrent_ones_is_rolled_back_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let s: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
+    let stale = ActorId::new("Counter", "stale");
+    let old = s.next_epoch(&stale).await.unwrap();
+    let current = s.next_epoch(&stale).await.unwrap();
+    let mut epochs = Vec::new();
+    for i in 0..64 {
+        let a = ActorId::new("Counter", format!("a{i}"));
+        epochs.push((a.clone(), s.next_epoch(&a).await.unwrap()));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (a, e) in epochs.clone() {
+        let s = s.clone();
+        tasks.spawn(async move { s.commit(&a, e, &[put("v", &a.key)]).await.map(|_| a) });
+    }
+    {
+        let s = s.clone();
+        let stale = stale.clone();
+        tasks.spawn(async move {
+            s.commit(&stale, old, &[put("v", "stale")])
+                .await
+                .map(|_| stale)
+        });
+    }
+    let (mut stored, mut refused) = (0, 0);
+    while let Some(r) = tasks.join_next().await {
+        match r.unwrap() {
+            Ok(_) => stored += 1,
+            Err(StateError::StaleEpoch { .. }) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((stored, refused), (64, 1));
+    drop(s);
+    let s = SqliteStateStore::open(&path).unwrap();
+    for (a, e) in &epochs {
+        assert_eq!(get(&s, a, *e, "v").await.as_deref(), Some(&*a.key));
+    }
+    assert_eq!(get(&s, &stale, current, "v").await, None, "the stale batch wrote nothing");
+}
+
 #[test]
 fn a_sqlite_state_file_of_a_newer_schema_or_an_unusable_path_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();

@@ -66,7 +66,8 @@ pub fn now_ms() -> i64 {
 
 /// Sets `per_actor` one-shot reminders on each of `actors` Counters (keys `r<i>`), spread over
 /// the sockets in turn, due evenly over `[from_ms, from_ms + span]`, with `concurrency` sets in
-/// flight. Returns what was set.
+/// flight. Payload 0: a pure wake-up (the counter-app traces it and writes nothing). Returns
+/// what was set.
 pub async fn set_spread(
     sockets: &[PathBuf],
     actors: usize,
@@ -104,7 +105,7 @@ pub async fn set_spread(
                         e.name.as_str(),
                         Due::At(at),
                         None,
-                        "",
+                        "0",
                     )
                     .await
                 {

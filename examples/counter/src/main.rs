@@ -229,7 +229,8 @@ fn app(select: Selection, trace: Trace, idle: Option<Duration>, delay: Duration)
             };
             let mut count = ctx.state().await;
             let next = count.value.saturating_add(amount);
-            if ctx.epoch() != 0 {
+            // Adding nothing writes nothing: a reminder with payload 0 is a pure wake-up.
+            if ctx.epoch() != 0 && next != count.value {
                 ctx.storage().put(COUNT_KEY, &next)?;
             }
             count.value = next;

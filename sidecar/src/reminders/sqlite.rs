@@ -2,8 +2,9 @@
 //! an index on (shard, next attempt) so an owner reads only the rows due in its shards.
 //!
 //! An owner's poll reads outside any write transaction (most polls find nothing to claim and
-//! take no lock); claims and settles are one `BEGIN IMMEDIATE` transaction per batch whose
-//! updates each compare the row's version, so two processes claiming one row cannot both win.
+//! take no lock); sets, claims and settles are group-committed writes (`state::group_commit`)
+//! whose updates each compare the row's version, so two processes claiming one row cannot both
+//! win.
 
 use super::{
     ClaimRequest, MAX_PER_ACTOR, ReminderRow, ReminderSpec, ReminderStore, Settle, Settlement,
@@ -13,7 +14,7 @@ use crate::state::StateError;
 use crate::state::sqlite::{SqliteStateStore, sql};
 use async_trait::async_trait;
 use bytes::Bytes;
-use rusqlite::{Row, TransactionBehavior, params};
+use rusqlite::{Row, params};
 
 const COLUMNS: &str = "actor_type, actor_key, name, due_ms, period_ms, payload, next_ms, \
                        attempts, version, claimed_by, claim_until_ms";
@@ -48,10 +49,7 @@ impl ReminderStore for SqliteStateStore {
         spec: &ReminderSpec,
     ) -> Result<(), StateError> {
         let (actor, spec) = (actor.clone(), spec.clone());
-        self.blocking(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql)?;
+        self.write(move |tx| {
             let (t, k) = (&*actor.actor_type, &*actor.key);
             let (held, exists): (i64, i64) = tx
                 .query_row(
@@ -88,7 +86,6 @@ impl ReminderStore for SqliteStateStore {
                 ],
             )
             .map_err(sql)?;
-            tx.commit().map_err(sql)?;
             Ok(())
         })
         .await
@@ -96,7 +93,7 @@ impl ReminderStore for SqliteStateStore {
 
     async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError> {
         let (actor, name) = (actor.clone(), name.to_string());
-        self.blocking(move |conn| {
+        self.write(move |conn| {
             let n = conn
                 .execute(
                     "DELETE FROM sigx_reminders
@@ -162,10 +159,7 @@ impl ReminderStore for SqliteStateStore {
             return Ok(wanted);
         }
         let (claimer, until) = (req.claimer.to_string(), req.claim_until_ms);
-        self.blocking(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql)?;
+        self.write(move |tx| {
             let mut won = Vec::with_capacity(wanted.len());
             {
                 let mut claim = tx
@@ -197,7 +191,6 @@ impl ReminderStore for SqliteStateStore {
                     }
                 }
             }
-            tx.commit().map_err(sql)?;
             Ok(won)
         })
         .await
@@ -208,10 +201,7 @@ impl ReminderStore for SqliteStateStore {
             return Ok(());
         }
         let settlements = settlements.to_vec();
-        self.blocking(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql)?;
+        self.write(move |tx| {
             {
                 let mut delete = tx
                     .prepare_cached(
@@ -258,7 +248,6 @@ impl ReminderStore for SqliteStateStore {
                     .map_err(sql)?;
                 }
             }
-            tx.commit().map_err(sql)?;
             Ok(())
         })
         .await

@@ -18,6 +18,7 @@
 //! host of a fleet shares one database).
 
 pub mod config;
+mod group_commit;
 pub mod memory;
 pub mod postgres;
 pub mod sqlite;

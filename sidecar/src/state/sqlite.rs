@@ -4,9 +4,10 @@
 //! Three tables. `sigx_actor_epochs` holds one row per actor that ever activated, its current
 //! epoch; the row is never deleted, so epochs only grow. `sigx_actor_state` holds the entries;
 //! `sigx_reminders` the reminders (see `reminders::sqlite`). Issuing an
-//! epoch is one upsert-increment; a commit is one `BEGIN IMMEDIATE` transaction that reads the
-//! actor's epoch row, refuses unless the batch's epoch is that one, and applies the batch — the
-//! single writer lock of SQLite makes the check and the writes one step, across processes.
+//! epoch is one upsert-increment; a commit reads the actor's epoch row, refuses unless the
+//! batch's epoch is that one, and applies the batch, inside a `BEGIN IMMEDIATE` transaction — the
+//! single writer lock of SQLite makes the check and the writes one step, across processes. Writes
+//! that queue up meanwhile share one transaction (`group_commit`), each in its own savepoint.
 
 use super::{Selection, StateError, StateStore, StateWrite, judge_epoch};
 use crate::runtime::ActorId;
@@ -70,6 +71,7 @@ pub enum SqliteStateError {
 /// A host's connection to the state database.
 pub struct SqliteStateStore {
     conn: Arc<Mutex<Connection>>,
+    writes: super::group_commit::WriteQueue,
     path: PathBuf,
 }
 
@@ -116,6 +118,7 @@ impl SqliteStateStore {
         })?;
         Ok(SqliteStateStore {
             conn: Arc::new(Mutex::new(conn)),
+            writes: Default::default(),
             path: path.to_path_buf(),
         })
     }
@@ -136,6 +139,26 @@ impl SqliteStateStore {
         })
         .await
         .map_err(|e| unavailable(format!("the state task failed: {e}")))?
+    }
+
+    /// Runs `f` inside a write transaction shared with the writes queued beside it (group
+    /// commit, see `group_commit`); answers once that transaction committed. `f` runs inside
+    /// its own savepoint: an error rolls back its writes alone.
+    pub(crate) async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StateError> + Send + 'static,
+    ) -> Result<T, StateError> {
+        let answer = self.writes.push(f);
+        let (conn, writes) = (self.conn.clone(), self.writes.clone());
+        tokio::task::spawn_blocking(move || {
+            let conn = conn.lock().expect("state db lock");
+            writes.run(&conn);
+        })
+        .await
+        .map_err(|e| unavailable(format!("the state task failed: {e}")))?;
+        answer
+            .await
+            .map_err(|_| unavailable("the state writer dropped the write"))?
     }
 }
 
@@ -246,7 +269,7 @@ impl StateStore for SqliteStateStore {
 
     async fn next_epoch(&self, actor: &ActorId) -> Result<u64, StateError> {
         let actor = actor.clone();
-        self.blocking(move |conn| {
+        self.write(move |conn| {
             let epoch: i64 = conn
                 .query_row(
                     "INSERT INTO sigx_actor_epochs (actor_type, actor_key, epoch) VALUES (?1, ?2, 1)
@@ -325,11 +348,8 @@ impl StateStore for SqliteStateStore {
         writes: &[StateWrite],
     ) -> Result<(), StateError> {
         let (actor, writes) = (actor.clone(), writes.to_vec());
-        self.blocking(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(sql)?;
-            judge_epoch(&actor, epoch, current_epoch(&tx, &actor)?)?;
+        self.write(move |tx| {
+            judge_epoch(&actor, epoch, current_epoch(tx, &actor)?)?;
             {
                 let mut put = tx
                     .prepare_cached(
@@ -362,7 +382,6 @@ impl StateStore for SqliteStateStore {
                     };
                 }
             }
-            tx.commit().map_err(sql)?;
             Ok(())
         })
         .await
