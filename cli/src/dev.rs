@@ -1,6 +1,11 @@
 //! `sigx dev up`: a local cluster on this machine. N sidecars on 127.0.0.1, each with a counter
-//! app beside it, sharing a SQLite membership file and a generated secret; optionally a
-//! workload that checks single activation end to end (every increment counted exactly once).
+//! app (or the user's own app, `--app`) beside it, sharing a SQLite membership file and a
+//! generated secret; optionally a workload that checks single activation end to end (every
+//! increment counted exactly once).
+
+#[path = "dev_app.rs"]
+mod app;
+pub use app::{AppSpec, pair as pair_apps};
 
 use crate::duration::human;
 use crate::{EXIT_FAILED, EXIT_USAGE};
@@ -30,10 +35,43 @@ pub enum Membership {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Your own app:
+  sigx dev up --app 'python3 examples/counter-python/counter.py'
+      one host running your app beside its sidecar
+  sigx dev up --hosts 3 --app 'node dist/app.js'
+      three hosts, each running the same app
+  sigx dev up --app 'python3 counter.py' --actors Counter --app 'node greeter.js' --actors Greeter \\
+              --app 'go run ./cmd/echo' --workers Echo
+      a heterogeneous cluster: host 1 runs the first --app, host 2 the second, and so on
+      (with more hosts than apps they take the apps in turn); --actors / --workers after an
+      --app declare its types, as an ActorRole does: they reach its environment as SIGX_ACTORS /
+      SIGX_WORKERS and its sidecar accepts a registration of exactly those types
+Every app runs through `sh -c` with SIGX_SOCKET (its sidecar's socket) and SIGX_HOST_INDEX in
+its environment; its output is printed prefixed `host-N |` and kept in <dir>/host-N/app.log.
+An app that exits is reported and started again (backoff 0.5 s doubling to 30 s), or with
+--no-restart stops the cluster. Ctrl-C (or SIGTERM) stops the sidecars first, which drain their
+apps (deactivating every actor through them), then stops the apps.")]
 pub struct UpArgs {
-    /// How many hosts (sidecar + counter app pairs) to start.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub hosts: u32,
+    /// How many hosts (sidecar + app pairs) to start (default: 1, or one per --app).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub hosts: Option<u32>,
+    /// Run COMMAND (through `sh -c`) as the app beside each sidecar instead of the counter app.
+    /// Repeat it for a heterogeneous cluster (see below).
+    #[arg(long = "app", value_name = "COMMAND")]
+    pub apps: Vec<String>,
+    /// The actor types (comma-separated) the --app before it serves.
+    #[arg(long, value_name = "TYPES")]
+    pub actors: Vec<String>,
+    /// The worker types (comma-separated) the --app before it serves.
+    #[arg(long, value_name = "TYPES")]
+    pub workers: Vec<String>,
+    /// Stop the cluster (exit 1) when an --app exits, instead of starting it again.
+    #[arg(long)]
+    pub no_restart: bool,
+    /// The --app commands paired with their types (filled from the command line's order).
+    #[arg(skip)]
+    pub app_specs: Vec<AppSpec>,
     /// Where sockets, logs, the membership database and the secret go.
     #[arg(long, default_value = ".sigx")]
     pub dir: PathBuf,
@@ -48,7 +86,8 @@ pub struct UpArgs {
     /// The membership provider the hosts share.
     #[arg(long, value_enum, default_value = "auto")]
     pub membership: Membership,
-    /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary).
+    /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary; with
+    /// --app only the sidecar is needed).
     #[arg(long, env = "SIGX_BIN_DIR")]
     pub bin_dir: Option<PathBuf>,
     /// Calls in flight per host during the workload.
@@ -70,23 +109,25 @@ pub struct UpArgs {
 
 /// Why `dev up` could not bring the cluster up.
 #[derive(Debug, thiserror::Error)]
-enum UpError {
+pub(crate) enum UpError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
     Failed(String),
 }
 
-fn io_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UpError {
+pub(crate) fn io_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UpError {
     move |e| UpError::Failed(format!("{what}: {e}"))
 }
 
 /// One started process and where its output goes.
-struct Proc {
+pub(crate) struct Proc {
     name: String,
     child: Child,
     log: PathBuf,
     exited: Option<std::process::ExitStatus>,
+    /// Signal the process group, not only the process (`sh -c` and what it started).
+    group: bool,
 }
 
 impl Proc {
@@ -110,6 +151,7 @@ impl Proc {
             child,
             log,
             exited: None,
+            group: false,
         })
     }
 
@@ -125,12 +167,21 @@ impl Proc {
         if self.exited.is_some() {
             return;
         }
+        self.signal(rustix::process::Signal::TERM);
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
         if let Some(pid) = self
             .child
             .id()
             .and_then(|id| rustix::process::Pid::from_raw(id as i32))
         {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            // The group's id is the process's: it was spawned as the leader of its own group.
+            let _ = if self.group {
+                rustix::process::kill_process_group(pid, signal)
+            } else {
+                rustix::process::kill_process(pid, signal)
+            };
         }
     }
 
@@ -150,6 +201,9 @@ impl Proc {
                 }
             }
             _ => {
+                if self.group {
+                    self.signal(rustix::process::Signal::KILL);
+                }
                 let _ = self.child.kill().await;
                 format!("{} did not stop within {}; killed", self.name, human(grace))
             }
@@ -169,8 +223,31 @@ struct DevHost {
     socket: PathBuf,
     health: SocketAddr,
     sidecar: Proc,
-    app: Proc,
+    app: HostApp,
     host_id: Option<String>,
+}
+
+/// The app beside a sidecar: the bundled counter app, or the user's `--app`.
+enum HostApp {
+    Counter(Proc),
+    User(app::UserApp),
+}
+
+impl HostApp {
+    fn proc(&mut self) -> &mut Proc {
+        match self {
+            HostApp::Counter(p) => p,
+            HostApp::User(u) => &mut u.proc,
+        }
+    }
+}
+
+impl UpArgs {
+    /// The hosts to start: --hosts, else one per --app (at least one).
+    pub fn host_count(&self) -> u32 {
+        self.hosts
+            .unwrap_or_else(|| u32::try_from(self.app_specs.len()).unwrap_or(32).max(1))
+    }
 }
 
 fn free_ports(n: usize) -> Result<Vec<u16>, UpError> {
@@ -190,6 +267,7 @@ fn free_ports(n: usize) -> Result<Vec<u16>, UpError> {
 }
 
 fn find_bins(args: &UpArgs) -> Result<(PathBuf, PathBuf), UpError> {
+    let user_apps = !args.app_specs.is_empty();
     let dir = match &args.bin_dir {
         Some(d) => d.clone(),
         None => std::env::current_exe()
@@ -201,6 +279,9 @@ fn find_bins(args: &UpArgs) -> Result<(PathBuf, PathBuf), UpError> {
     let sidecar = dir.join("sigx-sidecar");
     let app = dir.join("counter-app");
     for bin in [&sidecar, &app] {
+        if user_apps && bin == &app {
+            continue; // the user's own app replaces counter-app
+        }
         if !bin.is_file() {
             return Err(UpError::Usage(format!(
                 "{} not found: `sigx dev up` runs the binaries next to `sigx` (or in \
@@ -299,12 +380,20 @@ async fn http_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
 
 async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
     let (sidecar_bin, app_bin) = find_bins(args)?;
+    let n_hosts = args.host_count();
+    if (n_hosts as usize) < args.app_specs.len() {
+        return Err(UpError::Usage(format!(
+            "{} --app commands need at least as many hosts, but --hosts is {n_hosts}: each host \
+             runs one app",
+            args.app_specs.len()
+        )));
+    }
     let membership = match args.membership {
-        Membership::Auto if args.hosts == 1 => Membership::None,
+        Membership::Auto if n_hosts == 1 => Membership::None,
         Membership::Auto => Membership::Sqlite,
         m => m,
     };
-    if membership == Membership::None && args.hosts > 1 {
+    if membership == Membership::None && n_hosts > 1 {
         return Err(UpError::Usage(
             "--membership none with more than one host would start independent hosts that do \
              not know each other; use sqlite"
@@ -322,9 +411,12 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
         }
     }
     let node = node_name();
-    let ports = free_ports(2 * args.hosts as usize)?;
+    let ports = free_ports(2 * n_hosts as usize)?;
     let mut hosts = Vec::new();
-    for i in 1..=args.hosts {
+    for i in 1..=n_hosts {
+        // Hosts take the --app commands in turn.
+        let spec = (!args.app_specs.is_empty())
+            .then(|| &args.app_specs[(i as usize - 1) % args.app_specs.len()]);
         let dir = args.dir.join(format!("host-{i}"));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         let socket = dir.join("sidecar.sock");
@@ -367,14 +459,36 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
         if let Some(ttl) = args.ttl_ms {
             cmd.arg("--ttl-ms").arg(ttl.to_string());
         }
+        // Declared types hold the app's registration to exactly them, as an ActorRole does; the
+        // sidecar must not inherit a declaration from this shell either.
+        cmd.env_remove("SIGX_ACTORS").env_remove("SIGX_WORKERS");
+        if let Some(spec) = spec {
+            if let Some(a) = &spec.actors {
+                cmd.arg("--actors").arg(a);
+            }
+            if let Some(w) = &spec.workers {
+                cmd.arg("--workers").arg(w);
+            }
+        }
         let sidecar = Proc::spawn(format!("sidecar {i}"), cmd, dir.join("sidecar.log"))?;
 
-        let mut cmd = Command::new(&app_bin);
-        cmd.arg("--socket").arg(&socket);
-        if args.trace {
-            cmd.env("COUNTER_TRACE_FILE", args.dir.join("trace.jsonl"));
-        }
-        let app = Proc::spawn(format!("counter-app {i}"), cmd, dir.join("app.log"))?;
+        let app = match spec {
+            Some(spec) => {
+                HostApp::User(app::UserApp::start(i, spec, &socket, dir.join("app.log")).await?)
+            }
+            None => {
+                let mut cmd = Command::new(&app_bin);
+                cmd.arg("--socket").arg(&socket);
+                if args.trace {
+                    cmd.env("COUNTER_TRACE_FILE", args.dir.join("trace.jsonl"));
+                }
+                HostApp::Counter(Proc::spawn(
+                    format!("counter-app {i}"),
+                    cmd,
+                    dir.join("app.log"),
+                )?)
+            }
+        };
         hosts.push(DevHost {
             index: i,
             socket,
@@ -390,7 +504,7 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
 /// A process that exited during start-up, with the end of its log.
 fn early_exit(hosts: &mut [DevHost]) -> Option<UpError> {
     for h in hosts.iter_mut() {
-        for p in [&mut h.sidecar, &mut h.app] {
+        for p in [&mut h.sidecar, h.app.proc()] {
             if let Some(status) = p.poll_exit() {
                 return Some(UpError::Failed(format!(
                     "{} exited during start-up ({status}); the end of {}:\n{}",
@@ -703,14 +817,30 @@ impl Signals {
     }
 }
 
-/// Runs until a signal (`None`) or until a child exits on its own (`Some(what happened)`).
-async fn wait_for_stop(hosts: &mut [DevHost], signals: &mut Signals) -> Option<String> {
+/// Runs until a signal (`None`) or until a child exits on its own (`Some(what happened)`); a
+/// user's `--app` that exits is reported and started again unless `restart` is off.
+async fn wait_for_stop(
+    hosts: &mut [DevHost],
+    signals: &mut Signals,
+    restart: bool,
+) -> Option<String> {
     loop {
         tokio::select! {
             () = signals.recv() => return None,
-            () = tokio::time::sleep(Duration::from_millis(500)) => {
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
                 for h in hosts.iter_mut() {
-                    for p in [&mut h.sidecar, &mut h.app] {
+                    if let HostApp::User(u) = &mut h.app {
+                        match u.tend(restart).await {
+                            Ok(Some(report)) => println!("{report}"),
+                            Ok(None) => {}
+                            Err(problem) => return Some(problem),
+                        }
+                    }
+                    let counter = match &mut h.app {
+                        HostApp::Counter(p) => Some(p),
+                        HostApp::User(_) => None,
+                    };
+                    for p in std::iter::once(&mut h.sidecar).chain(counter) {
                         if let Some(status) = p.poll_exit() {
                             return Some(format!(
                                 "{} exited unexpectedly ({status}); the end of {}:\n{}",
@@ -742,7 +872,7 @@ async fn stop_all(hosts: &mut [DevHost]) {
     let lines = futures::future::join_all(
         hosts
             .iter_mut()
-            .map(|h| h.app.stop(Duration::from_secs(15))),
+            .map(|h| h.app.proc().stop(Duration::from_secs(15))),
     )
     .await;
     for l in lines {
@@ -829,10 +959,17 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
             h.health
         );
     }
-    println!(
-        "ready. try: sigx call Counter/a increment --socket {}",
-        hosts[0].socket.display()
-    );
+    if args.app_specs.is_empty() {
+        println!(
+            "ready. try: sigx call Counter/a increment --socket {}",
+            hosts[0].socket.display()
+        );
+    } else {
+        println!(
+            "ready. call your actors: sigx call <Type>/<key> <method> [json] --socket {}",
+            hosts[0].socket.display()
+        );
+    }
 
     let mut code = ExitCode::SUCCESS;
     if args.workload > 0 {
@@ -853,7 +990,7 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
 
     if !args.exit_after_workload {
         println!("running; Ctrl-C stops the cluster");
-        if let Some(problem) = wait_for_stop(hosts, signals).await {
+        if let Some(problem) = wait_for_stop(hosts, signals, !args.no_restart).await {
             eprintln!("sigx dev up: {problem}");
             code = ExitCode::from(EXIT_FAILED);
         }
