@@ -128,6 +128,8 @@ pub(crate) struct Proc {
     exited: Option<std::process::ExitStatus>,
     /// Signal the process group, not only the process (`sh -c` and what it started).
     group: bool,
+    /// The pid, kept after the child is reaped: it names the process group.
+    pid: Option<rustix::process::Pid>,
 }
 
 impl Proc {
@@ -147,6 +149,7 @@ impl Proc {
             .kill_on_drop(true);
         let child = cmd.spawn().map_err(io_err(format!("start {name}")))?;
         Ok(Proc {
+            pid: Proc::pid_of(&child),
             name,
             child,
             log,
@@ -170,12 +173,14 @@ impl Proc {
         self.signal(rustix::process::Signal::TERM);
     }
 
-    fn signal(&self, signal: rustix::process::Signal) {
-        if let Some(pid) = self
-            .child
+    fn pid_of(child: &Child) -> Option<rustix::process::Pid> {
+        child
             .id()
             .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        if let Some(pid) = self.pid {
             // The group's id is the process's: it was spawned as the leader of its own group.
             let _ = if self.group {
                 rustix::process::kill_process_group(pid, signal)
@@ -185,17 +190,50 @@ impl Proc {
         }
     }
 
+    /// For a group: waits until every process of the group has exited (`sh -c 'cd x && go run .'`
+    /// outlives its shell), else kills them. `None` when they all exited within `grace`.
+    async fn reap_group(&self, grace: Duration) -> Option<String> {
+        let pid = self.pid.filter(|_| self.group)?;
+        let deadline = Instant::now() + grace;
+        while rustix::process::test_kill_process_group(pid).is_ok() {
+            if Instant::now() >= deadline {
+                self.signal(rustix::process::Signal::KILL);
+                return Some(format!(
+                    "{}: what it started did not stop within {}; killed",
+                    self.name,
+                    human(grace)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
     /// Waits up to `grace` for the process to exit after SIGTERM, then kills it.
     async fn stop(&mut self, grace: Duration) -> String {
         if let Some(status) = self.poll_exit() {
+            if self.group {
+                // What it started may still run.
+                self.signal(rustix::process::Signal::TERM);
+                if let Some(killed) = self.reap_group(grace).await {
+                    return killed;
+                }
+            }
             return format!("{} had already exited ({status})", self.name);
         }
         self.signal_term();
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(Ok(status)) => {
                 self.exited = Some(status);
+                if let Some(killed) = self.reap_group(grace).await {
+                    return killed;
+                }
+                use std::os::unix::process::ExitStatusExt;
                 if status.success() {
                     format!("{} stopped", self.name)
+                } else if self.group && status.signal() == Some(libc_sigterm()) {
+                    // The shell ended by the SIGTERM it was sent, its group with it: a stop.
+                    format!("{} stopped (SIGTERM)", self.name)
                 } else {
                     format!("{} stopped with {status}", self.name)
                 }
@@ -215,6 +253,11 @@ impl Proc {
         let all: Vec<&str> = text.lines().collect();
         all[all.len().saturating_sub(lines)..].join("\n")
     }
+}
+
+/// SIGTERM's number, for reading an exit status.
+fn libc_sigterm() -> i32 {
+    rustix::process::Signal::TERM.as_raw()
 }
 
 /// One host of the local cluster.

@@ -212,6 +212,7 @@ async fn spawn(
         tokio::spawn(relay(err, prefix, log.clone()));
     }
     Ok(Proc {
+        pid: Proc::pid_of(&child),
         name,
         child,
         log: log_path.to_path_buf(),

@@ -324,3 +324,38 @@ fn types_before_any_app_and_too_few_hosts_are_usage_errors() {
         "{err}"
     );
 }
+
+#[test]
+fn on_stop_what_the_app_started_is_stopped_too_or_killed_after_the_grace() {
+    let scratch = Scratch::new("devgrp");
+    // A helper of the app that ignores SIGTERM, as a careless child process would.
+    let app = format!(
+        "(trap '' TERM; exec sleep 300) & echo \"helper $!\"; exec {}",
+        counter_app()
+    );
+    let dev = DevUp::start(&scratch, &["--app", &app]);
+    dev.wait_line("'running'", |l| l.starts_with("running; Ctrl-C"));
+    let helper = dev
+        .wait_line("the helper's pid", |l| l.starts_with("host-1 | helper "))
+        .trim_start_matches("host-1 | helper ")
+        .to_string();
+    // Running, not a zombie waiting for its new parent to reap it.
+    let alive = |pid: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().to_string()))
+            .is_some_and(|r| !r.starts_with('Z'))
+    };
+    assert!(alive(&helper));
+    let (status, out) = dev.interrupt();
+    let still = alive(&helper);
+    if still {
+        let _ = Command::new("kill").args(["-9", &helper]).status();
+    }
+    assert!(!still, "the helper outlived sigx dev up:\n{out}");
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains("what it started did not stop within 15s; killed"),
+        "{out}"
+    );
+}
