@@ -218,6 +218,7 @@ async fn spawn(
         log: log_path.to_path_buf(),
         exited: None,
         group: true,
+        termed: Default::default(),
     })
 }
 

@@ -183,6 +183,8 @@ fn dev_up_app_runs_the_command_with_its_socket_and_types_and_stops_it_after_the_
     for host in [1, 2] {
         let log = std::fs::read_to_string(dir.join(format!("host-{host}/sidecar.log"))).unwrap();
         assert!(log.contains("listeners-closed"), "graceful stop:\n{log}");
+        // One SIGTERM each: a second tells the sidecar to skip its drain.
+        assert!(!log.contains("second signal"), "signalled twice:\n{log}");
     }
     assert!(!dir.join("dev.pid").exists());
 }
