@@ -4,9 +4,10 @@ calls the Rust counter (host 3, the real counter-app). Every host runs one app w
 type, so every call crosses hosts, sidecars and languages.
 
 Errors cross every boundary intact: an app or invalid error keeps its kind and its exact message
-through each relay; a kind a handler cannot answer (unplaceable, timeout) is decoded by the hop
-that saw it and named at the head of the app error it answers; a deadline of the Python caller
-ends as Timeout here. Needs node (with sdk/typescript built) and go: `make test-lang` installs them.
+through each relay; a kind a handler cannot answer (activation with its unplaceable cause,
+unreachable, wrong-host, timeout) is decoded by the hop that saw it and named at the head of the
+app error it answers; a deadline of the Python caller ends as Timeout here. Not produced here:
+fenced, stale-epoch, unauthenticated and outcome-unknown (each needs a fault injected mid-chain). Needs node (with sdk/typescript built) and go: `make test-lang` installs them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,24 @@ def test_kinds_a_handler_cannot_answer_arrive_named_by_the_hop_that_decoded_them
     with pytest.raises(AppError) as e:
         front(cluster, "slow", {"method": "get", "sleep_ms": 3000, "tsTimeoutMs": 300})
     assert e.value.message.startswith("timeout: "), e.value.message
+
+
+def test_dispatch_errors_from_go_arrive_named_unreachable_and_wrong_host(cluster: Path) -> None:
+    async def hosts() -> dict[str, str]:
+        async with sigx.Client(str(cluster / "host-1" / "sidecar.sock")) as c:
+            m = await c.members()
+            return {",".join(h.stateful_types.names): h.id for h in m.hosts}
+
+    counter_host = asyncio.run(hosts())["Counter"]
+    # A host id nobody has: the Go SDK decodes UNREACHABLE (the call never ran).
+    with pytest.raises(AppError) as e:
+        front(cluster, "d", {"method": "echo", "type": "Echo", "dispatch_on": "no-such-host"})
+    assert e.value.message.startswith("unreachable: "), e.value.message
+    assert "no-such-host" in e.value.message
+    # The Rust counter's host serves no Echo worker.
+    with pytest.raises(AppError) as e:
+        front(cluster, "d", {"method": "echo", "type": "Echo", "dispatch_on": counter_host})
+    assert e.value.message.startswith("wrong-host: "), e.value.message
 
 
 def test_the_python_callers_deadline_ends_the_chain_as_timeout(cluster: Path) -> None:

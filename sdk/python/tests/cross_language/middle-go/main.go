@@ -22,6 +22,8 @@ type request struct {
 	Payload string `json:"payload"`
 	Type    string `json:"type"`
 	SleepMs int    `json:"sleep_ms"`
+	// DispatchOn, when set, makes one attempt at worker req.type on that host instead of a Call.
+	DispatchOn string `json:"dispatch_on"`
 }
 
 type middle struct{ client *sigx.Client }
@@ -49,7 +51,14 @@ func (m middle) Invoke(ctx context.Context, method string, payload []byte) ([]by
 		typ = r.Type
 	}
 	turn, _ := sigx.TurnFromContext(ctx)
-	out, err := m.client.Call(ctx, sigx.ActorRef{Type: typ, Key: turn.Actor.Key}, r.Method, []byte(r.Payload))
+	ref := sigx.ActorRef{Type: typ, Key: turn.Actor.Key}
+	var out []byte
+	var err error
+	if r.DispatchOn != "" {
+		out, err = m.client.DispatchOn(ctx, r.DispatchOn, ref, r.Method, []byte(r.Payload))
+	} else {
+		out, err = m.client.Call(ctx, ref, r.Method, []byte(r.Payload))
+	}
 	if err == nil {
 		return out, nil
 	}
