@@ -17,7 +17,7 @@ const EXAMPLE = resolve(HERE, '..', '..', '..', 'examples', 'counter-ts', 'count
 
 // Under sdk/typescript, so `import '@sigx/sdk'` resolves to this package (self-reference).
 function buildExample() {
-  const out = join(HERE, '.example');
+  const out = join(HERE, '..', '.example-build'); // outside test/: node --test runs every .js there
   mkdirSync(out, { recursive: true });
   const js = ts.transpileModule(readFileSync(EXAMPLE, 'utf8'), {
     compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
