@@ -126,6 +126,12 @@ impl UserApp {
                 return Ok(None);
             }
             self.next_start = None;
+            // Nothing the previous run started may serve beside the new one.
+            if let Some(pid) = self.proc.pid
+                && rustix::process::test_kill_process_group(pid).is_ok()
+            {
+                self.proc.signal(rustix::process::Signal::KILL);
+            }
             return match spawn(
                 self.index,
                 &self.spec,
@@ -150,6 +156,8 @@ impl UserApp {
         let Some(status) = self.proc.poll_exit() else {
             return Ok(None);
         };
+        // The shell is gone; what it started in its group may still run: stop that too.
+        self.proc.signal(rustix::process::Signal::TERM);
         let what = format!(
             "{} exited ({status}); the end of {}:\n{}",
             self.proc.name,

@@ -132,6 +132,14 @@ fn ok_stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Running, not a zombie waiting for its new parent to reap it.
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().to_string()))
+        .is_some_and(|r| !r.starts_with('Z'))
+}
+
 fn counter_app() -> String {
     bin("counter-app").display().to_string()
 }
@@ -341,13 +349,6 @@ fn on_stop_what_the_app_started_is_stopped_too_or_killed_after_the_grace() {
         .wait_line("the helper's pid", |l| l.starts_with("host-1 | helper "))
         .trim_start_matches("host-1 | helper ")
         .to_string();
-    // Running, not a zombie waiting for its new parent to reap it.
-    let alive = |pid: &str| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().to_string()))
-            .is_some_and(|r| !r.starts_with('Z'))
-    };
     assert!(alive(&helper));
     let (status, out) = dev.interrupt();
     let still = alive(&helper);
@@ -360,4 +361,46 @@ fn on_stop_what_the_app_started_is_stopped_too_or_killed_after_the_grace() {
         out.contains("what it started did not stop within 15s; killed"),
         "{out}"
     );
+}
+
+#[test]
+fn a_restart_first_stops_what_the_crashed_run_left_behind() {
+    let scratch = Scratch::new("devleft");
+    // The app crashes; a helper it started ignores SIGTERM and would serve on beside the new run.
+    let app = format!(
+        "{} & C=$!; echo \"pid $C\"; (trap '' TERM; exec sleep 300) & echo \"helper $!\"; wait $C",
+        counter_app()
+    );
+    let dev = DevUp::start(&scratch, &["--app", &app]);
+    dev.wait_line("'running'", |l| l.starts_with("running; Ctrl-C"));
+    let field = |prefix: &str| {
+        dev.wait_line(prefix, |l| l.starts_with(prefix))
+            .trim_start_matches(prefix)
+            .to_string()
+    };
+    let (pid, helper) = (field("host-1 | pid "), field("host-1 | helper "));
+    assert!(alive(&helper));
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    dev.wait_line("the restart", |l| l == "host-1 | app restarted (restart 1)");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(&helper) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = alive(&helper);
+    if left {
+        let _ = Command::new("kill").args(["-9", &helper]).status();
+    }
+    assert!(
+        !left,
+        "the crashed run's helper still runs after the restart:\n{}",
+        dev.text()
+    );
+    let (status, out) = dev.interrupt();
+    assert!(status.success(), "{out}");
 }
