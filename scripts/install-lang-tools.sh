@@ -83,8 +83,10 @@ if want go; then
     (cd "${ROOT}/sdk/go" && go mod download)
     # The Go counter example (its build is part of the SDK tests) pins the same modules.
     (cd "${ROOT}/examples/counter-go" && go mod download)
+    # So does the Go hop of the cross-language test (sdk/python/tests/test_cross_language.py).
+    (cd "${ROOT}/sdk/python/tests/cross_language/middle-go" && go mod download)
     # The stub generators (sdk/go/gen.sh; the staleness test runs it), pinned, into .tools/bin.
     GOBIN="${ROOT}/.tools/bin" go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
     GOBIN="${ROOT}/.tools/bin" go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
-    echo "install-lang-tools: $(go version), modules of sdk/go and examples/counter-go downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
+    echo "install-lang-tools: $(go version), modules of sdk/go, examples/counter-go and the cross-language Go hop downloaded, protoc-gen-go and protoc-gen-go-grpc in .tools/bin"
 fi

@@ -1,13 +1,18 @@
 //! `sigx dev up`: a local cluster on this machine. N sidecars on 127.0.0.1, each with a counter
-//! app beside it, sharing a SQLite membership file and a generated secret; optionally a
-//! workload that checks single activation end to end (every increment counted exactly once).
+//! app (or the user's own app, `--app`) beside it, sharing a SQLite membership file and a
+//! generated secret; optionally a workload that checks single activation end to end (every
+//! increment counted exactly once).
+
+#[path = "dev_app.rs"]
+mod app;
+#[path = "dev_workload.rs"]
+mod workload;
+pub use app::{AppSpec, pair as pair_apps};
+use workload::workload;
 
 use crate::duration::human;
 use crate::{EXIT_FAILED, EXIT_USAGE};
-use futures::StreamExt;
-use sigx_sdk::{ActorError, Client, MemberFilter};
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use sigx_sdk::{Client, MemberFilter};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
@@ -30,10 +35,43 @@ pub enum Membership {
 }
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Your own app:
+  sigx dev up --app 'python3 examples/counter-python/counter.py'
+      one host running your app beside its sidecar
+  sigx dev up --hosts 3 --app 'node dist/app.js'
+      three hosts, each running the same app
+  sigx dev up --app 'python3 counter.py' --actors Counter --app 'node greeter.js' --actors Greeter \\
+              --app 'go run ./cmd/echo' --workers Echo
+      a heterogeneous cluster: host 1 runs the first --app, host 2 the second, and so on
+      (with more hosts than apps they take the apps in turn); --actors / --workers after an
+      --app declare its types, as an ActorRole does: they reach its environment as SIGX_ACTORS /
+      SIGX_WORKERS and its sidecar accepts a registration of exactly those types
+Every app runs through `sh -c` with SIGX_SOCKET (its sidecar's socket) and SIGX_HOST_INDEX in
+its environment; its output is printed prefixed `host-N |` and kept in <dir>/host-N/app.log.
+An app that exits is reported and started again (backoff 0.5 s doubling to 30 s), or with
+--no-restart stops the cluster. Ctrl-C (or SIGTERM) stops the sidecars first, which drain their
+apps (deactivating every actor through them), then stops the apps.")]
 pub struct UpArgs {
-    /// How many hosts (sidecar + counter app pairs) to start.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub hosts: u32,
+    /// How many hosts (sidecar + app pairs) to start (default: 1, or one per --app).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub hosts: Option<u32>,
+    /// Run COMMAND (through `sh -c`) as the app beside each sidecar instead of the counter app.
+    /// Repeat it for a heterogeneous cluster (see below).
+    #[arg(long = "app", value_name = "COMMAND")]
+    pub apps: Vec<String>,
+    /// The actor types (comma-separated) the --app before it serves.
+    #[arg(long, value_name = "TYPES")]
+    pub actors: Vec<String>,
+    /// The worker types (comma-separated) the --app before it serves.
+    #[arg(long, value_name = "TYPES")]
+    pub workers: Vec<String>,
+    /// Stop the cluster (exit 1) when an --app exits, instead of starting it again.
+    #[arg(long)]
+    pub no_restart: bool,
+    /// The --app commands paired with their types (filled from the command line's order).
+    #[arg(skip)]
+    pub app_specs: Vec<AppSpec>,
     /// Where sockets, logs, the membership database and the secret go.
     #[arg(long, default_value = ".sigx")]
     pub dir: PathBuf,
@@ -48,7 +86,8 @@ pub struct UpArgs {
     /// The membership provider the hosts share.
     #[arg(long, value_enum, default_value = "auto")]
     pub membership: Membership,
-    /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary).
+    /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary; with
+    /// --app only the sidecar is needed).
     #[arg(long, env = "SIGX_BIN_DIR")]
     pub bin_dir: Option<PathBuf>,
     /// Calls in flight per host during the workload.
@@ -70,23 +109,29 @@ pub struct UpArgs {
 
 /// Why `dev up` could not bring the cluster up.
 #[derive(Debug, thiserror::Error)]
-enum UpError {
+pub(crate) enum UpError {
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
     Failed(String),
 }
 
-fn io_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UpError {
+pub(crate) fn io_err(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> UpError {
     move |e| UpError::Failed(format!("{what}: {e}"))
 }
 
 /// One started process and where its output goes.
-struct Proc {
+pub(crate) struct Proc {
     name: String,
     child: Child,
     log: PathBuf,
     exited: Option<std::process::ExitStatus>,
+    /// Signal the process group, not only the process (`sh -c` and what it started).
+    group: bool,
+    /// The pid, kept after the child is reaped: it names the process group.
+    pid: Option<rustix::process::Pid>,
+    /// SIGTERM was sent: a second one would tell the sidecar to skip its graceful stop.
+    termed: std::sync::atomic::AtomicBool,
 }
 
 impl Proc {
@@ -106,10 +151,13 @@ impl Proc {
             .kill_on_drop(true);
         let child = cmd.spawn().map_err(io_err(format!("start {name}")))?;
         Ok(Proc {
+            pid: Proc::pid_of(&child),
             name,
             child,
             log,
             exited: None,
+            group: false,
+            termed: Default::default(),
         })
     }
 
@@ -121,35 +169,83 @@ impl Proc {
         self.exited
     }
 
+    /// Sends SIGTERM once: a sidecar reads a second SIGTERM as "skip the drain, exit fast".
     fn signal_term(&self) {
-        if self.exited.is_some() {
+        if self.exited.is_some() || self.termed.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        if let Some(pid) = self
-            .child
+        self.signal(rustix::process::Signal::TERM);
+    }
+
+    fn pid_of(child: &Child) -> Option<rustix::process::Pid> {
+        child
             .id()
             .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+    }
+
+    fn signal(&self, signal: rustix::process::Signal) {
+        if let Some(pid) = self.pid {
+            // The group's id is the process's: it was spawned as the leader of its own group.
+            let _ = if self.group {
+                rustix::process::kill_process_group(pid, signal)
+            } else {
+                rustix::process::kill_process(pid, signal)
+            };
         }
+    }
+
+    /// For a group: waits until every process of the group has exited (`sh -c 'cd x && go run .'`
+    /// outlives its shell), else kills them. `None` when they all exited within `grace`.
+    async fn reap_group(&self, grace: Duration) -> Option<String> {
+        let pid = self.pid.filter(|_| self.group)?;
+        let deadline = Instant::now() + grace;
+        while rustix::process::test_kill_process_group(pid).is_ok() {
+            if Instant::now() >= deadline {
+                self.signal(rustix::process::Signal::KILL);
+                return Some(format!(
+                    "{}: what it started did not stop within {}; killed",
+                    self.name,
+                    human(grace)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
     }
 
     /// Waits up to `grace` for the process to exit after SIGTERM, then kills it.
     async fn stop(&mut self, grace: Duration) -> String {
         if let Some(status) = self.poll_exit() {
+            if self.group {
+                // What it started may still run.
+                self.signal(rustix::process::Signal::TERM);
+                if let Some(killed) = self.reap_group(grace).await {
+                    return killed;
+                }
+            }
             return format!("{} had already exited ({status})", self.name);
         }
         self.signal_term();
         match tokio::time::timeout(grace, self.child.wait()).await {
             Ok(Ok(status)) => {
                 self.exited = Some(status);
+                if let Some(killed) = self.reap_group(grace).await {
+                    return killed;
+                }
+                use std::os::unix::process::ExitStatusExt;
                 if status.success() {
                     format!("{} stopped", self.name)
+                } else if self.group && status.signal() == Some(libc_sigterm()) {
+                    // The shell ended by the SIGTERM it was sent, its group with it: a stop.
+                    format!("{} stopped (SIGTERM)", self.name)
                 } else {
                     format!("{} stopped with {status}", self.name)
                 }
             }
             _ => {
+                if self.group {
+                    self.signal(rustix::process::Signal::KILL);
+                }
                 let _ = self.child.kill().await;
                 format!("{} did not stop within {}; killed", self.name, human(grace))
             }
@@ -163,14 +259,42 @@ impl Proc {
     }
 }
 
+/// SIGTERM's number, for reading an exit status.
+fn libc_sigterm() -> i32 {
+    rustix::process::Signal::TERM.as_raw()
+}
+
 /// One host of the local cluster.
 struct DevHost {
     index: u32,
     socket: PathBuf,
     health: SocketAddr,
     sidecar: Proc,
-    app: Proc,
+    app: HostApp,
     host_id: Option<String>,
+}
+
+/// The app beside a sidecar: the bundled counter app, or the user's `--app`.
+enum HostApp {
+    Counter(Proc),
+    User(app::UserApp),
+}
+
+impl HostApp {
+    fn proc(&mut self) -> &mut Proc {
+        match self {
+            HostApp::Counter(p) => p,
+            HostApp::User(u) => &mut u.proc,
+        }
+    }
+}
+
+impl UpArgs {
+    /// The hosts to start: --hosts, else one per --app (at least one).
+    pub fn host_count(&self) -> u32 {
+        self.hosts
+            .unwrap_or_else(|| u32::try_from(self.app_specs.len()).unwrap_or(32).max(1))
+    }
 }
 
 fn free_ports(n: usize) -> Result<Vec<u16>, UpError> {
@@ -190,6 +314,7 @@ fn free_ports(n: usize) -> Result<Vec<u16>, UpError> {
 }
 
 fn find_bins(args: &UpArgs) -> Result<(PathBuf, PathBuf), UpError> {
+    let user_apps = !args.app_specs.is_empty();
     let dir = match &args.bin_dir {
         Some(d) => d.clone(),
         None => std::env::current_exe()
@@ -201,6 +326,9 @@ fn find_bins(args: &UpArgs) -> Result<(PathBuf, PathBuf), UpError> {
     let sidecar = dir.join("sigx-sidecar");
     let app = dir.join("counter-app");
     for bin in [&sidecar, &app] {
+        if user_apps && bin == &app {
+            continue; // the user's own app replaces counter-app
+        }
         if !bin.is_file() {
             return Err(UpError::Usage(format!(
                 "{} not found: `sigx dev up` runs the binaries next to `sigx` (or in \
@@ -299,12 +427,20 @@ async fn http_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
 
 async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
     let (sidecar_bin, app_bin) = find_bins(args)?;
+    let n_hosts = args.host_count();
+    if (n_hosts as usize) < args.app_specs.len() {
+        return Err(UpError::Usage(format!(
+            "{} --app commands need at least as many hosts, but --hosts is {n_hosts}: each host \
+             runs one app",
+            args.app_specs.len()
+        )));
+    }
     let membership = match args.membership {
-        Membership::Auto if args.hosts == 1 => Membership::None,
+        Membership::Auto if n_hosts == 1 => Membership::None,
         Membership::Auto => Membership::Sqlite,
         m => m,
     };
-    if membership == Membership::None && args.hosts > 1 {
+    if membership == Membership::None && n_hosts > 1 {
         return Err(UpError::Usage(
             "--membership none with more than one host would start independent hosts that do \
              not know each other; use sqlite"
@@ -322,9 +458,12 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
         }
     }
     let node = node_name();
-    let ports = free_ports(2 * args.hosts as usize)?;
+    let ports = free_ports(2 * n_hosts as usize)?;
     let mut hosts = Vec::new();
-    for i in 1..=args.hosts {
+    for i in 1..=n_hosts {
+        // Hosts take the --app commands in turn.
+        let spec = (!args.app_specs.is_empty())
+            .then(|| &args.app_specs[(i as usize - 1) % args.app_specs.len()]);
         let dir = args.dir.join(format!("host-{i}"));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
         let socket = dir.join("sidecar.sock");
@@ -367,14 +506,36 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
         if let Some(ttl) = args.ttl_ms {
             cmd.arg("--ttl-ms").arg(ttl.to_string());
         }
+        // Declared types hold the app's registration to exactly them, as an ActorRole does; the
+        // sidecar must not inherit a declaration from this shell either.
+        cmd.env_remove("SIGX_ACTORS").env_remove("SIGX_WORKERS");
+        if let Some(spec) = spec {
+            if let Some(a) = &spec.actors {
+                cmd.arg("--actors").arg(a);
+            }
+            if let Some(w) = &spec.workers {
+                cmd.arg("--workers").arg(w);
+            }
+        }
         let sidecar = Proc::spawn(format!("sidecar {i}"), cmd, dir.join("sidecar.log"))?;
 
-        let mut cmd = Command::new(&app_bin);
-        cmd.arg("--socket").arg(&socket);
-        if args.trace {
-            cmd.env("COUNTER_TRACE_FILE", args.dir.join("trace.jsonl"));
-        }
-        let app = Proc::spawn(format!("counter-app {i}"), cmd, dir.join("app.log"))?;
+        let app = match spec {
+            Some(spec) => {
+                HostApp::User(app::UserApp::start(i, spec, &socket, dir.join("app.log")).await?)
+            }
+            None => {
+                let mut cmd = Command::new(&app_bin);
+                cmd.arg("--socket").arg(&socket);
+                if args.trace {
+                    cmd.env("COUNTER_TRACE_FILE", args.dir.join("trace.jsonl"));
+                }
+                HostApp::Counter(Proc::spawn(
+                    format!("counter-app {i}"),
+                    cmd,
+                    dir.join("app.log"),
+                )?)
+            }
+        };
         hosts.push(DevHost {
             index: i,
             socket,
@@ -390,7 +551,7 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
 /// A process that exited during start-up, with the end of its log.
 fn early_exit(hosts: &mut [DevHost]) -> Option<UpError> {
     for h in hosts.iter_mut() {
-        for p in [&mut h.sidecar, &mut h.app] {
+        for p in [&mut h.sidecar, h.app.proc()] {
             if let Some(status) = p.poll_exit() {
                 return Some(UpError::Failed(format!(
                     "{} exited during start-up ({status}); the end of {}:\n{}",
@@ -471,214 +632,6 @@ async fn wait_ready(hosts: &mut [DevHost], timeout: Duration) -> Result<(), UpEr
     }
 }
 
-/// What the workload saw.
-#[derive(Debug, Default)]
-pub struct WorkloadReport {
-    pub counters: u32,
-    pub hosts: u32,
-    pub increments_ok: u64,
-    pub increments_failed: BTreeMap<String, u64>,
-    pub first_failures: Vec<String>,
-    pub elapsed: Duration,
-    pub p50: Duration,
-    pub p99: Duration,
-    pub correct: u32,
-    pub lost: u64,
-    pub doubled: u64,
-    pub unreadable: u32,
-    pub mismatches: Vec<String>,
-}
-
-impl WorkloadReport {
-    /// Every increment acknowledged and every counter reading exactly its acknowledged count.
-    pub fn passed(&self) -> bool {
-        self.increments_failed.is_empty()
-            && self.lost == 0
-            && self.doubled == 0
-            && self.unreadable == 0
-            && self.correct == self.counters
-    }
-
-    pub fn render(&self) -> String {
-        let total = self.counters as u64 * self.hosts as u64;
-        let failed: u64 = self.increments_failed.values().sum();
-        let rate = total as f64 / self.elapsed.as_secs_f64().max(1e-9);
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "workload: {} counters x {} host(s) = {total} increments in {:.2}s ({rate:.0} calls/s; \
-             p50 {:.2}ms, p99 {:.2}ms); {} acknowledged, {failed} failed",
-            self.counters,
-            self.hosts,
-            self.elapsed.as_secs_f64(),
-            self.p50.as_secs_f64() * 1e3,
-            self.p99.as_secs_f64() * 1e3,
-            self.increments_ok,
-        );
-        for (kind, n) in &self.increments_failed {
-            let _ = writeln!(out, "  failed as {kind}: {n}");
-        }
-        for f in &self.first_failures {
-            let _ = writeln!(out, "  e.g. {f}");
-        }
-        let _ = writeln!(
-            out,
-            "check:    {}/{} counters hold exactly their acknowledged increments; {} lost, {} \
-             doubled, {} unreadable -> {}",
-            self.correct,
-            self.counters,
-            self.lost,
-            self.doubled,
-            self.unreadable,
-            if self.passed() { "PASS" } else { "FAIL" }
-        );
-        for m in &self.mismatches {
-            let _ = writeln!(out, "  {m}");
-        }
-        out
-    }
-}
-
-/// Judges the final values. `acked[i]` increments of counter `i` were acknowledged and
-/// `unknown[i]` failed (they may or may not have run); `values[i]` is what `get` read.
-pub fn judge(
-    report: &mut WorkloadReport,
-    keys: &[String],
-    acked: &[u64],
-    unknown: &[u64],
-    values: &[Result<i64, ActorError>],
-) {
-    for i in 0..keys.len() {
-        match &values[i] {
-            Err(e) => {
-                report.unreadable += 1;
-                if report.mismatches.len() < 10 {
-                    report
-                        .mismatches
-                        .push(format!("Counter/{}: get failed: {e}", keys[i]));
-                }
-            }
-            Ok(v) => {
-                let v = (*v).max(0) as u64;
-                let (lo, hi) = (acked[i], acked[i] + unknown[i]);
-                if v < lo {
-                    report.lost += lo - v;
-                } else if v > hi {
-                    report.doubled += v - hi;
-                } else if unknown[i] == 0 {
-                    report.correct += 1;
-                    continue;
-                }
-                if report.mismatches.len() < 10 {
-                    report.mismatches.push(format!(
-                        "Counter/{} reads {v}, expected {lo}{}",
-                        keys[i],
-                        if hi > lo {
-                            format!("..{hi}")
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
-            }
-        }
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
-}
-
-/// Increments every counter once from every host (concurrently, each host starting at a
-/// different counter so they contend on the same actors), then reads every counter back.
-pub async fn workload(sockets: &[PathBuf], counters: u32, concurrency: usize) -> WorkloadReport {
-    use rand::RngExt;
-    let run: u32 = rand::rng().random();
-    let keys: Vec<String> = (0..counters)
-        .map(|i| format!("demo-{run:08x}-{i}"))
-        .collect();
-    let clients: Vec<Client> = sockets
-        .iter()
-        .map(|s| Client::lazy(s).with_timeout(Duration::from_secs(10)))
-        .collect();
-    let n = counters as usize;
-    let hosts = clients.len();
-    let started = Instant::now();
-    let per_host = clients.iter().enumerate().map(|(h, client)| {
-        let keys = &keys;
-        async move {
-            let offset = h * n / hosts.max(1);
-            futures::stream::iter((0..n).map(|j| (j + offset) % n))
-                .map(|i| async move {
-                    let t0 = Instant::now();
-                    let r = client
-                        .call("Counter", keys[i].as_str(), "increment", "1")
-                        .await;
-                    (i, t0.elapsed(), r)
-                })
-                .buffer_unordered(concurrency.max(1))
-                .collect::<Vec<_>>()
-                .await
-        }
-    });
-    let results = futures::future::join_all(per_host).await;
-    let elapsed = started.elapsed();
-
-    let mut report = WorkloadReport {
-        counters,
-        hosts: hosts as u32,
-        elapsed,
-        ..Default::default()
-    };
-    let mut acked = vec![0u64; n];
-    let mut unknown = vec![0u64; n];
-    let mut latencies = Vec::with_capacity(n * hosts);
-    for (i, latency, r) in results.into_iter().flatten() {
-        latencies.push(latency);
-        match r {
-            Ok(_) => {
-                acked[i] += 1;
-                report.increments_ok += 1;
-            }
-            Err(e) => {
-                unknown[i] += 1;
-                *report
-                    .increments_failed
-                    .entry(e.kind.to_string())
-                    .or_default() += 1;
-                if report.first_failures.len() < 5 {
-                    report
-                        .first_failures
-                        .push(format!("Counter/{}: {e}", keys[i]));
-                }
-            }
-        }
-    }
-    latencies.sort();
-    report.p50 = percentile(&latencies, 0.50);
-    report.p99 = percentile(&latencies, 0.99);
-
-    let values: Vec<Result<i64, ActorError>> = futures::stream::iter(0..n)
-        .map(|i| {
-            let client = &clients[i % hosts];
-            let key = keys[i].as_str();
-            async move {
-                client
-                    .call_json::<(), i64>("Counter", key, "get", &())
-                    .await
-            }
-        })
-        .buffered(concurrency.max(1))
-        .collect()
-        .await;
-    judge(&mut report, &keys, &acked, &unknown, &values);
-    report
-}
-
 /// SIGINT and SIGTERM, listened to from the start: the children run in process groups of their
 /// own, so a signal that killed `sigx` by default would orphan them.
 struct Signals {
@@ -703,14 +656,30 @@ impl Signals {
     }
 }
 
-/// Runs until a signal (`None`) or until a child exits on its own (`Some(what happened)`).
-async fn wait_for_stop(hosts: &mut [DevHost], signals: &mut Signals) -> Option<String> {
+/// Runs until a signal (`None`) or until a child exits on its own (`Some(what happened)`); a
+/// user's `--app` that exits is reported and started again unless `restart` is off.
+async fn wait_for_stop(
+    hosts: &mut [DevHost],
+    signals: &mut Signals,
+    restart: bool,
+) -> Option<String> {
     loop {
         tokio::select! {
             () = signals.recv() => return None,
-            () = tokio::time::sleep(Duration::from_millis(500)) => {
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
                 for h in hosts.iter_mut() {
-                    for p in [&mut h.sidecar, &mut h.app] {
+                    if let HostApp::User(u) = &mut h.app {
+                        match u.tend(restart).await {
+                            Ok(Some(report)) => println!("{report}"),
+                            Ok(None) => {}
+                            Err(problem) => return Some(problem),
+                        }
+                    }
+                    let counter = match &mut h.app {
+                        HostApp::Counter(p) => Some(p),
+                        HostApp::User(_) => None,
+                    };
+                    for p in std::iter::once(&mut h.sidecar).chain(counter) {
                         if let Some(status) = p.poll_exit() {
                             return Some(format!(
                                 "{} exited unexpectedly ({status}); the end of {}:\n{}",
@@ -742,7 +711,7 @@ async fn stop_all(hosts: &mut [DevHost]) {
     let lines = futures::future::join_all(
         hosts
             .iter_mut()
-            .map(|h| h.app.stop(Duration::from_secs(15))),
+            .map(|h| h.app.proc().stop(Duration::from_secs(15))),
     )
     .await;
     for l in lines {
@@ -829,10 +798,17 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
             h.health
         );
     }
-    println!(
-        "ready. try: sigx call Counter/a increment --socket {}",
-        hosts[0].socket.display()
-    );
+    if args.app_specs.is_empty() {
+        println!(
+            "ready. try: sigx call Counter/a increment --socket {}",
+            hosts[0].socket.display()
+        );
+    } else {
+        println!(
+            "ready. call your actors: sigx call <Type>/<key> <method> [json] --socket {}",
+            hosts[0].socket.display()
+        );
+    }
 
     let mut code = ExitCode::SUCCESS;
     if args.workload > 0 {
@@ -853,7 +829,7 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
 
     if !args.exit_after_workload {
         println!("running; Ctrl-C stops the cluster");
-        if let Some(problem) = wait_for_stop(hosts, signals).await {
+        if let Some(problem) = wait_for_stop(hosts, signals, !args.no_restart).await {
             eprintln!("sigx dev up: {problem}");
             code = ExitCode::from(EXIT_FAILED);
         }
@@ -864,82 +840,6 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keys(n: usize) -> Vec<String> {
-        (0..n).map(|i| format!("k{i}")).collect()
-    }
-
-    #[test]
-    fn exact_counts_pass() {
-        let mut r = WorkloadReport {
-            counters: 2,
-            hosts: 3,
-            ..Default::default()
-        };
-        judge(&mut r, &keys(2), &[3, 3], &[0, 0], &[Ok(3), Ok(3)]);
-        assert!(r.passed(), "{}", r.render());
-        assert_eq!(r.correct, 2);
-    }
-
-    #[test]
-    fn a_lost_and_a_doubled_increment_are_both_caught() {
-        let mut r = WorkloadReport {
-            counters: 3,
-            hosts: 3,
-            ..Default::default()
-        };
-        judge(
-            &mut r,
-            &keys(3),
-            &[3, 3, 3],
-            &[0, 0, 0],
-            &[Ok(2), Ok(4), Ok(3)],
-        );
-        assert!(!r.passed());
-        assert_eq!((r.lost, r.doubled, r.correct), (1, 1, 1));
-        let text = r.render();
-        assert!(text.contains("Counter/k0 reads 2, expected 3"), "{text}");
-        assert!(text.contains("FAIL"), "{text}");
-    }
-
-    #[test]
-    fn failed_increments_widen_the_range_but_fail_the_run() {
-        let mut r = WorkloadReport {
-            counters: 1,
-            hosts: 3,
-            ..Default::default()
-        };
-        r.increments_failed.insert("timeout".into(), 1);
-        judge(&mut r, &keys(1), &[2], &[1], &[Ok(3)]);
-        assert_eq!((r.lost, r.doubled), (0, 0), "3 is within 2..3");
-        assert!(!r.passed(), "a failed call is never a clean run");
-    }
-
-    #[test]
-    fn an_unreadable_counter_fails_the_check() {
-        let mut r = WorkloadReport {
-            counters: 1,
-            hosts: 1,
-            ..Default::default()
-        };
-        judge(
-            &mut r,
-            &keys(1),
-            &[1],
-            &[0],
-            &[Err(ActorError::timeout("slow"))],
-        );
-        assert!(!r.passed());
-        assert_eq!(r.unreadable, 1);
-    }
-
-    #[test]
-    fn percentiles_pick_from_the_sorted_sample() {
-        let s: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        assert_eq!(percentile(&s, 0.5), Duration::from_millis(51));
-        assert_eq!(percentile(&s, 0.99), Duration::from_millis(99));
-        assert_eq!(percentile(&[], 0.5), Duration::ZERO);
-    }
 
     #[test]
     fn the_secret_file_is_private_and_random() {

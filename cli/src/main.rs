@@ -15,7 +15,7 @@ mod duration;
 mod kubernetes;
 mod status;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,12 +61,44 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum DevCommand {
-    /// Start a local cluster: sidecars, each with a counter app, on 127.0.0.1.
+    /// Start a local cluster on 127.0.0.1: sidecars, each with a counter app or your own (--app).
     Up(dev::UpArgs),
 }
 
+/// The values of one repeatable option of `m`, each with its position on the command line.
+fn ordered(m: &clap::ArgMatches, id: &str) -> Vec<(usize, String)> {
+    match (m.indices_of(id), m.get_many::<String>(id)) {
+        (Some(at), Some(values)) => at.zip(values.cloned()).collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // `--actors` / `--workers` qualify the `--app` before them: only the order says which.
+    if let Command::Dev {
+        command: DevCommand::Up(args),
+    } = &mut cli.command
+        && let Some(up) = matches
+            .subcommand_matches("dev")
+            .and_then(|m| m.subcommand_matches("up"))
+    {
+        match dev::pair_apps(
+            &ordered(up, "apps"),
+            &ordered(up, "actors"),
+            &ordered(up, "workers"),
+        ) {
+            Ok(specs) => args.app_specs = specs,
+            Err(e) => {
+                eprintln!("sigx dev up: {e}");
+                return ExitCode::from(EXIT_USAGE);
+            }
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")

@@ -11,15 +11,23 @@ import (
 	"example.invalid/sigx/sdk/go/sigx"
 )
 
-// Counter is one activation: its turns never overlap, so n needs no lock.
-type Counter struct{ n int }
+// Counter keeps its count in the sidecar's state store: it survives deactivation and restarts.
+type Counter struct{}
 
-func (c *Counter) Invoke(ctx context.Context, method string, _ []byte) ([]byte, error) {
+func (Counter) Invoke(ctx context.Context, method string, _ []byte) ([]byte, error) {
 	if method != "incr" {
 		return nil, &sigx.ActorError{Kind: sigx.KindInvalid, Message: "Counter answers incr, not " + method}
 	}
-	c.n++
-	return []byte(strconv.Itoa(c.n)), nil
+	st := sigx.StorageFromContext(ctx)
+	var n int
+	if _, err := st.GetJSON(ctx, "count", &n); err != nil {
+		return nil, err
+	}
+	n++
+	if err := st.PutJSON("count", n); err != nil { // durable once the turn answers
+		return nil, err
+	}
+	return []byte(strconv.Itoa(n)), nil
 }
 
 func main() {
@@ -31,7 +39,7 @@ func main() {
 	}
 	defer client.Close()
 	app := sigx.NewApp("counter-go")
-	app.RegisterActor("Counter", func() sigx.Actor { return &Counter{} }, sigx.ActorOptions{Methods: []string{"incr"}})
+	app.RegisterActor("Counter", func() sigx.Actor { return Counter{} }, sigx.ActorOptions{Methods: []string{"incr"}})
 	if err := app.Run(ctx, client, sigx.ServeOptions{}); err != nil {
 		log.Fatal(err)
 	}

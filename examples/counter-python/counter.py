@@ -8,12 +8,14 @@ import sigx
 @sigx.actor("Counter")
 class Counter:
     def __init__(self, ctx: sigx.ActorContext) -> None:
-        self.count = 0
+        self.ctx = ctx
 
     @sigx.method
     async def incr(self, payload: bytes) -> bytes:
-        self.count += int(payload or b"1")
-        return str(self.count).encode()
+        # Kept in the sidecar's state store: the count survives deactivation and host restarts.
+        count = await self.ctx.state.get("count", 0) + int(payload or b"1")
+        self.ctx.state.put("count", count)
+        return str(count).encode()
 
 
 async def main() -> None:

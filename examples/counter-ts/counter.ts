@@ -1,11 +1,15 @@
 // A counter actor in TypeScript: run a sidecar, then `node examples/counter-ts/counter.js`.
 import { defineActor, defineActorApp } from '@sigx/sdk';
 
+// The count lives in the sidecar's state store: it survives deactivation and host restarts.
 export const Counter = defineActor('Counter', {
-  state: () => ({ count: 0 }),
   methods: {
-    incr(ctx, by: number) { return (ctx.state.count += by); },
-    get(ctx) { return ctx.state.count; },
+    async incr(ctx, by: number) {
+      const count = ((await ctx.storage.get<number>('count')) ?? 0) + (by ?? 1);
+      ctx.storage.put('count', count);
+      return count;
+    },
+    async get(ctx) { return (await ctx.storage.get<number>('count')) ?? 0; },
   },
 });
 

@@ -35,6 +35,9 @@ const (
 	DeactivateUnspecified DeactivateReason = DeactivateReason(pb.DeactivateReason_DEACTIVATE_REASON_UNSPECIFIED)
 	DeactivateIdle        DeactivateReason = DeactivateReason(pb.DeactivateReason_DEACTIVATE_REASON_IDLE)
 	DeactivateShutdown    DeactivateReason = DeactivateReason(pb.DeactivateReason_DEACTIVATE_REASON_SHUTDOWN)
+	// DeactivateSuperseded: a newer activation of the actor exists; this one's state writes are
+	// ignored (the store refused its epoch).
+	DeactivateSuperseded DeactivateReason = DeactivateReason(pb.DeactivateReason_DEACTIVATE_REASON_SUPERSEDED)
 )
 
 // Worker is a stateless worker type: no identity, turns run concurrently up to MaxConcurrency.
@@ -152,9 +155,14 @@ func (a *App) register() *pb.Register {
 // TurnInfo describes the turn a handler runs in; read it with TurnFromContext.
 type TurnInfo struct {
 	Actor ActorRef
-	// ActivationID changes when the actor is deactivated and activated again: a fencing token
-	// for external state. Empty for workers.
+	// ActivationID changes when the actor is deactivated and activated again (unique, not
+	// ordered: fence external writes with Epoch). Empty for workers.
 	ActivationID string
+	// Epoch is the activation's fencing token for systems outside sigx: strictly greater than
+	// every earlier activation's of this actor, fleet-wide. Store it with what you write there
+	// and refuse a write whose epoch is lower than the one stored (compare, refuse lower).
+	// 0 for workers.
+	Epoch uint64
 	// NotAfter is when the turn is cancelled (zero = no bound beyond the caller's deadline).
 	NotAfter time.Time
 }

@@ -65,11 +65,14 @@ func socketDir(t *testing.T) string {
 	return filepath.Join(dir, "s.sock")
 }
 
-func startSidecar(t *testing.T, socket string) *sidecar {
+func startSidecar(t *testing.T, socket string) *sidecar { return startSidecarEnv(t, socket) }
+
+// startSidecarEnv is startSidecar with env (KEY=value) added, e.g. a state store.
+func startSidecarEnv(t *testing.T, socket string, env ...string) *sidecar {
 	s := &sidecar{log: &lockedBuf{}, exited: make(chan struct{})}
 	s.cmd = exec.Command(sidecarBinary(t))
-	s.cmd.Env = append(os.Environ(), "SIGX_SOCKET="+socket, "SIGX_MEMBERSHIP=none",
-		"SIGX_HEALTH_ADDR=127.0.0.1:0", "SIGX_HOST_ID=gosdk", "SIGX_INSECURE=true")
+	s.cmd.Env = append(append(os.Environ(), "SIGX_SOCKET="+socket, "SIGX_MEMBERSHIP=none",
+		"SIGX_HEALTH_ADDR=127.0.0.1:0", "SIGX_HOST_ID=gosdk", "SIGX_INSECURE=true"), env...)
 	s.cmd.Stderr = s.log
 	s.cmd.Stdout = io.Discard
 	if err := s.cmd.Start(); err != nil {

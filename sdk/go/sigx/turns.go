@@ -51,12 +51,14 @@ func (s *session) send(m *pb.AppMessage) {
 	_ = s.out(m)
 }
 
-func (s *session) answer(id uint64, out []byte, terr *pb.TurnError) {
+// answer sends one turn's result; writes go only with an ok outcome (a failed turn writes nothing).
+func (s *session) answer(id uint64, out []byte, terr *pb.TurnError, writes []*pb.StateWrite) {
 	r := &pb.TurnResult{TurnId: id}
 	if terr != nil {
 		r.Outcome = &pb.TurnResult_Error{Error: terr}
 	} else {
 		r.Outcome = &pb.TurnResult_Ok{Ok: out}
+		r.Writes = writes
 	}
 	s.send(&pb.AppMessage{Msg: &pb.AppMessage_Result{Result: r}})
 }
@@ -90,29 +92,36 @@ func (s *session) start(t *pb.Turn) {
 	s.mu.Unlock()
 	if fenced {
 		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE,
-			Message: "the host fenced before this turn was read; it never ran"})
+			Message: "the host fenced before this turn was read; it never ran"}, nil)
 		return
 	}
 	if na != 0 && now.UnixMilli() >= na {
 		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE, Message: fmt.Sprintf(
-			"the turn was read %d ms past its not-after; it never ran", now.UnixMilli()-na)})
+			"the turn was read %d ms past its not-after; it never ran", now.UnixMilli()-na)}, nil)
 		return
 	}
 	info := TurnInfo{Actor: ActorRef{Type: t.GetActor().GetActorType(), Key: t.GetActor().GetKey()},
-		ActivationID: t.GetActivationId()}
+		ActivationID: t.GetActivationId(), Epoch: t.GetEpoch()}
 	if na != 0 {
 		info.NotAfter = time.UnixMilli(na)
 	}
-	ctx, cancel := context.WithCancelCause(context.WithValue(s.base, turnKey{}, info))
+	var api pb.ActorHostClient
+	if s.client != nil {
+		api = s.client.api
+	}
+	state := newState(api, t)
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.WithValue(s.base, turnKey{}, info), storageKey{}, state))
 	var once sync.Once
-	reply := func(out []byte, terr *pb.TurnError) { once.Do(func() { s.answer(id, out, terr) }) }
+	reply := func(out []byte, terr *pb.TurnError, writes []*pb.StateWrite) {
+		once.Do(func() { s.answer(id, out, terr, writes) })
+	}
 	// Cancelled at not-after or by the fence: answered TIMEOUT at once, whatever the handler
 	// does later (a handler that ignores ctx keeps running, but its answer is discarded).
 	context.AfterFunc(ctx, func() {
 		switch c := context.Cause(ctx); c {
 		case errNotAfter, errFenced:
 			reply(nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_TIMEOUT,
-				Message: c.Error() + "; the turn was cancelled and may have run in part"})
+				Message: c.Error() + "; the turn was cancelled and may have run in part"}, nil)
 		}
 	})
 	stop := func() bool { return false }
@@ -141,10 +150,14 @@ func (s *session) start(t *pb.Turn) {
 			cancel(errNotAfter) // finished past not-after: never ok
 			return
 		}
+		var writes []*pb.StateWrite
+		if err == nil {
+			writes, err = state.writes()
+		}
 		if err != nil {
-			reply(nil, toTurnError(err))
+			reply(nil, toTurnError(err), nil)
 		} else {
-			reply(out, nil)
+			reply(out, nil, writes)
 		}
 	}()
 }

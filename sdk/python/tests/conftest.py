@@ -84,7 +84,8 @@ class Sidecar:
         return self.log.read_text(errors="replace")
 
 
-def start_sidecar(dir: Path, pb) -> Sidecar:
+def start_sidecar(dir: Path, pb, extra_env: dict[str, str] | None = None) -> Sidecar:
+    """A sidecar on `dir`/s.sock (no membership), with `extra_env` added (e.g. a state store)."""
     socket = dir / "s.sock"
     log = dir / "sidecar.log"
     env = dict(
@@ -95,6 +96,7 @@ def start_sidecar(dir: Path, pb) -> Sidecar:
         SIGX_HOST_ID="py-host",
         SIGX_INSECURE="true",
         SIGX_DRAIN_TIMEOUT_MS="5000",
+        **(extra_env or {}),
     )
     with open(log, "wb") as out:
         process = subprocess.Popen([sidecar_binary()], env=env, stdout=out, stderr=out)

@@ -81,7 +81,8 @@ export function defineActorApp(spec: AppSpec): ActorApp {
 
   async function serve(options: ServeOptions = {}): Promise<void> {
     const target = options.target ?? defaultTarget();
-    const dispatcher = new Dispatcher(defs, options.clock ?? systemClock);
+    const stateClient = new Client({ target });
+    const dispatcher = new Dispatcher(defs, options.clock ?? systemClock, (req) => stateClient.readState(req));
     const backoff = new Backoff();
     let draining = false;
     let drainCurrent: (() => void) | undefined;
@@ -111,6 +112,7 @@ export function defineActorApp(spec: AppSpec): ActorApp {
         if (draining) return;
       }
     } finally {
+      stateClient.close();
       options.signal?.removeEventListener('abort', drain);
       if (handle) { process.off('SIGTERM', drain); process.off('SIGINT', drain); }
     }

@@ -3,6 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ActorDefinition, CallOptions, ClientOf, WorkerDefinition } from './define.js';
 import { fromServiceError } from './errors.js';
+import type { ReadStateRequest, WireEntry } from './storage.js';
 import { ActorHostClient } from './proto.js';
 
 /** Slack on the gRPC deadline over the call's own: the sidecar answers TIMEOUT itself first. */
@@ -119,6 +120,12 @@ export class Client {
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   status(options: CallOptions = {}): Promise<any> {
     return this.unary('Status', {}, options.timeoutMs ?? 5_000, options.signal);
+  }
+
+  /** ReadState for a running turn (`ctx.storage` calls it; not for use outside a turn). */
+  async readState(req: ReadStateRequest, options: CallOptions = {}): Promise<WireEntry[]> {
+    const res = await this.unary('ReadState', req, options.timeoutMs ?? DEFAULT_TIMEOUT_MS, options.signal);
+    return res.entries ?? [];
   }
 
   close(): void { this.raw.close(); }

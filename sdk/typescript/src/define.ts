@@ -2,16 +2,31 @@
 // argument and return types flow from the definition to the typed client (`client.actor(Def,
 // key).method(arg)`), so a call site is checked by tsc against the handler it reaches.
 
-/** Why an activation ends. */
-export type DeactivateReason = 'idle' | 'shutdown' | 'unspecified';
+import type { Storage } from './storage.js';
+
+/** Why an activation ends (`superseded`: a newer activation exists; its writes are ignored). */
+export type DeactivateReason = 'idle' | 'shutdown' | 'superseded' | 'unspecified';
 
 /** What a stateful handler sees: its activation's state, identity and cancellation. */
 export interface ActorContext<S> {
-  /** The activation's state: made by the definition's `state()` on Activate, kept until Deactivate. */
+  /** The activation's in-memory state: made by the definition's `state()` on Activate, kept
+   * until Deactivate, lost with the activation. Durable state is `storage`. */
   state: S;
+  /**
+   * The actor's durable key/value state as this turn sees it (`get`/`put` JSON, `getText`/
+   * `putText`, `getBytes`/`putBytes`, `delete`, `list`). Writes go out with the turn's result as
+   * one atomic batch and the caller is answered once they are durable; a throw writes nothing.
+   */
+  readonly storage: Storage;
+  /**
+   * The activation's epoch: its fencing token for systems outside sigx, strictly greater than
+   * every earlier activation's of this actor. Store it with what you write there and refuse a
+   * write whose epoch is lower than the one stored (compare, refuse lower).
+   */
+  readonly epoch: bigint;
   /** The actor's key. */
   readonly key: string;
-  /** Unique per activation; a fencing token for external writes. */
+  /** Unique per activation (not ordered: fence external writes with `epoch`). */
   readonly activationId: string;
   /**
    * Aborted when the turn passes its not-after (the caller's deadline or the host's lease) or the
@@ -36,12 +51,12 @@ export type ActorMethods<S> = Record<string, Handler<ActorContext<S>>>;
 export type WorkerMethods = Record<string, Handler<WorkerContext>>;
 
 export interface ActorSpec<S, M extends ActorMethods<S>> {
-  /** A fresh state for each activation. */
-  state: () => S;
+  /** A fresh in-memory state for each activation (omit it to keep everything in `storage`). */
+  state?: () => S;
   methods: M;
   /** Runs on Activate (load state). A throw fails the activation and the call. */
   onActivate?: (ctx: ActorContext<S>) => unknown;
-  /** Runs on Deactivate (save state). Not run when the host fences. */
+  /** Runs on Deactivate (its `storage` writes count, except when superseded). Not run when the host fences. */
   onDeactivate?: (ctx: ActorContext<S>, reason: DeactivateReason) => unknown;
   /** Several turns of one activation may interleave at await points. Default false. */
   reentrant?: boolean;

@@ -3,6 +3,7 @@
 // refusal and cancellation rules are unit-tested without a sidecar.
 import type { ActorContext, AnyDefinition, DeactivateReason, WorkerContext } from './define.js';
 import { ActorError, kindEnumName } from './errors.js';
+import { Storage, type StateReader, type WireWrite } from './storage.js';
 
 /** Unix milliseconds on the pod's wall clock, and a timer on it. Injected by tests. */
 export interface Clock {
@@ -23,6 +24,8 @@ export interface WireTurn {
   actor: { actorType: string; key: string };
   activationId: string;
   notAfterUnixMs: string | number;
+  /** The activation's epoch (0 for workers and sidecars without state). */
+  epoch?: string | number;
   kind: 'activate' | 'invoke' | 'deactivate';
   invoke?: { method: string; payload: Uint8Array };
   deactivate?: { reason: string };
@@ -31,6 +34,8 @@ export interface WireResult {
   turnId: string;
   ok?: Uint8Array;
   error?: { kind: string; message: string };
+  /** The turn's state writes: only ever with `ok` (a failed turn writes nothing). */
+  writes?: WireWrite[];
 }
 
 interface Activation {
@@ -63,6 +68,7 @@ function encodeResult(value: unknown): Uint8Array {
 function reasonOf(wire: string | undefined): DeactivateReason {
   if (wire === 'DEACTIVATE_REASON_IDLE') return 'idle';
   if (wire === 'DEACTIVATE_REASON_SHUTDOWN') return 'shutdown';
+  if (wire === 'DEACTIVATE_REASON_SUPERSEDED') return 'superseded';
   return 'unspecified';
 }
 
@@ -72,7 +78,8 @@ export class Dispatcher {
   private readonly activations = new Map<string, Activation>();
   private readonly running = new Set<Running>();
 
-  constructor(defs: readonly AnyDefinition[], private readonly clock: Clock = systemClock) {
+  /** `reader` serves `ctx.storage` reads (the app passes its sidecar client). */
+  constructor(defs: readonly AnyDefinition[], private readonly clock: Clock = systemClock, private readonly reader?: StateReader) {
     for (const d of defs) {
       if (this.types.has(d.name)) throw new TypeError(`type name ${JSON.stringify(d.name)} is defined twice; names are unique across actors and workers`);
       this.types.set(d.name, d);
@@ -107,16 +114,18 @@ export class Dispatcher {
   private actorTurn(def: AnyDefinition & { kind: 'actor' }, turn: WireTurn, notAfter: number): Promise<WireResult> {
     const key = `${def.name}\u0000${turn.actor.key}`;
     const spec = def.spec;
+    // Each turn gets its own view of the durable state and its own pending writes.
+    const storage = new Storage(this.reader, { actorType: turn.actor.actorType, key: turn.actor.key }, turn.activationId, BigInt(turn.epoch || 0));
     if (turn.kind === 'activate') {
       const act: Activation = { ctx: undefined as never, tail: Promise.resolve() };
-      const state = spec.state();
+      const state = spec.state ? spec.state() : undefined;
       return this.run(turn, notAfter, async (signal) => {
-        act.ctx = { state, key: turn.actor.key, activationId: turn.activationId, signal };
+        act.ctx = { state, key: turn.actor.key, activationId: turn.activationId, epoch: storage.epoch, storage, signal };
         if (spec.onActivate) await spec.onActivate(act.ctx);
         return undefined;
       }, () => {
         this.activations.set(key, act);
-      });
+      }, storage);
     }
     const act = this.activations.get(key);
     if (!act || act.ctx.activationId !== turn.activationId) {
@@ -124,7 +133,7 @@ export class Dispatcher {
         `no live activation ${turn.activationId} of ${def.name}/${turn.actor.key} in this app (it was dropped); the sidecar activates it again on the next call`));
     }
     const body = (signal: AbortSignal): Promise<unknown> => {
-      const ctx = { ...act.ctx, signal } as ActorContext<unknown>;
+      const ctx = { ...act.ctx, signal, storage } as ActorContext<unknown>;
       // Writes to ctx.state replace the activation's state for later turns.
       const done = (v: unknown) => { act.ctx.state = ctx.state; return v; };
       if (turn.kind === 'deactivate') {
@@ -136,13 +145,13 @@ export class Dispatcher {
       return Promise.resolve(h(ctx, decodeArg(turn.invoke!.payload))).then(done);
     };
     const after = () => { if (turn.kind === 'deactivate') this.activations.delete(key); };
-    if (spec.reentrant) return this.run(turn, notAfter, body, after);
+    if (spec.reentrant) return this.run(turn, notAfter, body, after, storage);
     // One turn at a time: the sidecar already sends them so, and this chain keeps it so even if
     // an answer went out early (a TIMEOUT answered before its handler returned).
     // A turn queued behind one that a fence (or a broken stream) cancelled must not run on the
     // dropped activation: another host may hold the actor by now.
     const result = act.tail.then(() => (this.activations.get(key) === act
-      ? this.run(turn, notAfter, body, after)
+      ? this.run(turn, notAfter, body, after, storage)
       : err(turn.turnId, 'UNREACHABLE', `activation ${turn.activationId} of ${def.name}/${turn.actor.key} was dropped before turn ${turn.turnId} ran; it never ran`)));
     act.tail = result;
     return result;
@@ -160,7 +169,7 @@ export class Dispatcher {
   }
 
   /** Runs `body` under an AbortSignal that fires at not-after (or on fence); answers once. */
-  private run(turn: WireTurn, notAfter: number, body: (s: AbortSignal) => Promise<unknown>, onOk?: () => void): Promise<WireResult> {
+  private run(turn: WireTurn, notAfter: number, body: (s: AbortSignal) => Promise<unknown>, onOk?: () => void, storage?: Storage): Promise<WireResult> {
     return new Promise<WireResult>((resolve) => {
       const abort = new AbortController();
       let answered = false;
@@ -200,7 +209,9 @@ export class Dispatcher {
             return entry.answer(err(turn.turnId, 'APP', `the result is not JSON-encodable: ${(e as Error).message}`));
           }
           onOk?.();
-          entry.answer({ turnId: turn.turnId, ok: payload });
+          // Only an ok answer carries the turn's writes.
+          const writes = storage?.writes() ?? [];
+          entry.answer(writes.length ? { turnId: turn.turnId, ok: payload, writes } : { turnId: turn.turnId, ok: payload });
         },
         (e: unknown) => {
           if (answered) return;

@@ -10,4 +10,6 @@ export { Client, defaultTarget } from './client.js';
 export type { HostDescriptor, MembersFilter, MembersView } from './client.js';
 export { Dispatcher, systemClock } from './dispatcher.js';
 export type { Clock, WireResult, WireTurn } from './dispatcher.js';
+export { Storage } from './storage.js';
+export type { StateReader, ReadStateRequest, WireEntry, WireWrite } from './storage.js';
 export * from './errors.js';

@@ -66,8 +66,11 @@ export function unary(c, method, request, deadlineMs = 15_000) {
   });
 }
 
-/** Starts a sigx-sidecar (no membership, insecure) in a fresh directory (or on `socket`); resolves once it answers Status. */
-export async function startSidecar({ socket } = {}) {
+/**
+ * Starts a sigx-sidecar (no membership, insecure) in a fresh directory (or on `socket`), with
+ * `env` added (e.g. a state store); resolves once it answers Status.
+ */
+export async function startSidecar({ socket, env = {} } = {}) {
   if (!socket) socket = join(mkdtempSync(join(tmpdir(), 'sigx-node-')), 's.sock');
   const child = spawn(sidecarBinary(), [], {
     env: {
@@ -77,6 +80,7 @@ export async function startSidecar({ socket } = {}) {
       SIGX_HEALTH_ADDR: '127.0.0.1:0',
       SIGX_HOST_ID: 'node-host',
       SIGX_INSECURE: 'true',
+      ...env,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

@@ -4,24 +4,28 @@ from sigx import errors
 from sigx.actors.v1.app_pb2 import (
     DEACTIVATE_REASON_IDLE,
     DEACTIVATE_REASON_SHUTDOWN,
+    DEACTIVATE_REASON_SUPERSEDED,
     DEACTIVATE_REASON_UNSPECIFIED,
 )
 from sigx.app import App, SessionEnd
 from sigx.client import ACTIVE, ANY, Client, Members
 from sigx.context import ActorContext, TurnInfo, WorkerContext, current_turn
 from sigx.registry import actor, method, worker
+from sigx.state import State
 
 __all__ = [
     "ACTIVE",
     "ANY",
     "DEACTIVATE_REASON_IDLE",
     "DEACTIVATE_REASON_SHUTDOWN",
+    "DEACTIVATE_REASON_SUPERSEDED",
     "DEACTIVATE_REASON_UNSPECIFIED",
     "ActorContext",
     "App",
     "Client",
     "Members",
     "SessionEnd",
+    "State",
     "TurnInfo",
     "WorkerContext",
     "actor",

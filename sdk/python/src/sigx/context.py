@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sigx.client import Client
+from sigx.state import State
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,26 @@ class ActorContext:
 
     actor_type: str
     key: str
-    #: Unique per activation: a fencing token for external state.
+    #: Unique per activation (not ordered: fence external writes with `epoch`).
     activation_id: str
     #: For calling other actors from inside a handler.
     client: Client
+    #: The activation's epoch: its fencing token for systems outside sigx, strictly greater than
+    #: every earlier activation's of this actor. Store it with what you write there and refuse a
+    #: write whose epoch is lower than the one stored (compare, refuse lower).
+    epoch: int = 0
+
+    @property
+    def state(self) -> State:
+        """The actor's durable state as the running turn sees it (see `sigx.state`). Writes go
+        out with the turn's result; raises LookupError outside a handler of this actor."""
+        turn = _current.get()
+        if turn.actor_type != self.actor_type or turn.key != self.key:
+            raise LookupError(
+                f"ctx.state of {self.actor_type}/{self.key} used in a turn of "
+                f"{turn.actor_type}/{turn.key}; use each actor's own ctx"
+            )
+        return turn.state
 
 
 @dataclass(frozen=True)
@@ -38,6 +55,10 @@ class TurnInfo:
     activation_id: str
     #: Unix ms after which the turn must not run (0 = unbounded): the handler is cancelled then.
     not_after_unix_ms: int
+    #: The activation's epoch (0 for workers); see `ActorContext.epoch`.
+    epoch: int = 0
+    #: This turn's view of the actor's durable state and its pending writes.
+    state: State = field(default=None, repr=False)  # type: ignore[assignment]
 
 
 _current: contextvars.ContextVar[TurnInfo] = contextvars.ContextVar("sigx_turn")

@@ -20,6 +20,7 @@ from sigx.client import Client
 from sigx.context import ActorContext, TurnInfo, WorkerContext, _current
 from sigx.errors import ActorError
 from sigx.registry import TypeDef
+from sigx.state import State
 
 log = logging.getLogger("sigx")
 
@@ -92,8 +93,10 @@ class Dispatcher:
                 errors_pb2.ERROR_KIND_UNREACHABLE,
                 f"the turn arrived {now - not_after} ms past its not-after; it was not run",
             )
+        state = State(self.client, turn.actor.actor_type, turn.actor.key, turn.activation_id,
+                      turn.epoch)
         info = TurnInfo(turn_id, turn.actor.actor_type, turn.actor.key, turn.activation_id,
-                        not_after)
+                        not_after, turn.epoch, state)
         task = asyncio.create_task(self._run(turn, info))
         self.running.add(task)
         try:
@@ -114,7 +117,8 @@ class Dispatcher:
             except Exception as e:  # the actor's own failure, passed to the caller
                 log.debug("handler failed", exc_info=True)
                 return _error(turn_id, errors_pb2.ERROR_KIND_APP, f"{type(e).__name__}: {e}")
-            return app_pb2.TurnResult(turn_id=turn_id, ok=payload)
+            # Only an ok outcome carries the turn's writes: a failed turn writes nothing.
+            return app_pb2.TurnResult(turn_id=turn_id, ok=payload, writes=state.writes())
         finally:
             self.running.discard(task)
 
@@ -135,7 +139,8 @@ class Dispatcher:
                 return await _invoke(td, instance, turn.invoke)
         ref = (td.name, turn.actor.key)
         if kind == "activate":
-            ctx = ActorContext(td.name, turn.actor.key, turn.activation_id, self.client)
+            ctx = ActorContext(td.name, turn.actor.key, turn.activation_id, self.client,
+                               turn.epoch)
             act = _Activation(turn.activation_id, td.cls(ctx))
             hook = getattr(act.instance, "on_activate", None)
             if hook is not None:
