@@ -44,6 +44,7 @@ fn cfg() -> FleetConfig {
         ttl_ms: 1_000,
         turn_delay_ms: 0,
         call_timeout_ms: 10_000,
+        ..FleetConfig::default()
     }
 }
 

@@ -50,6 +50,7 @@ async fn a_long_turn_is_cancelled_at_its_not_after_before_a_peer_activates_the_a
         ttl_ms: 1_000,
         turn_delay_ms: TURN.as_millis() as u64,
         call_timeout_ms: 10_000,
+        ..FleetConfig::default()
     })
     .await;
     let (peer, victim) = (0, 1);

@@ -36,6 +36,9 @@ pub struct FleetConfig {
     pub turn_delay_ms: u64,
     /// Per-call deadline the load uses, milliseconds.
     pub call_timeout_ms: u64,
+    /// A PostgreSQL connection string for the actor state (and reminders); `None` = the
+    /// sidecars' default, one SQLite state file beside the membership file.
+    pub state_dsn: Option<String>,
 }
 
 impl Default for FleetConfig {
@@ -46,6 +49,7 @@ impl Default for FleetConfig {
             ttl_ms: 1_000,
             turn_delay_ms: 0,
             call_timeout_ms: 10_000,
+            state_dsn: None,
         }
     }
 }
@@ -191,7 +195,11 @@ impl Fleet {
         let log = |what: &str| {
             std::fs::File::create(self.dir.path().join(format!("{id}.{what}.log"))).unwrap()
         };
-        let sidecar = Command::new(bin("sigx-sidecar"))
+        let mut sidecar = Command::new(bin("sigx-sidecar"));
+        if let Some(dsn) = &self.cfg.state_dsn {
+            sidecar.args(["--state", "postgres", "--state-dsn", dsn]);
+        }
+        let sidecar = sidecar
             .env_clear()
             .env("SIGX_LOG", "info")
             .args(["--membership", "sqlite", "--host-id", &id])
