@@ -225,7 +225,11 @@ async fn a_refused_sqlite_batch_among_concurrent_ones_is_rolled_back_alone() {
     for (a, e) in &epochs {
         assert_eq!(get(&s, a, *e, "v").await.as_deref(), Some(&*a.key));
     }
-    assert_eq!(get(&s, &stale, current, "v").await, None, "the stale batch wrote nothing");
+    assert_eq!(
+        get(&s, &stale, current, "v").await,
+        None,
+        "the stale batch wrote nothing"
+    );
 }
 
 #[test]

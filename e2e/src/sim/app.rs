@@ -23,6 +23,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+/// What a method turn of an activation writes: its call's payload (the call id) under `last`, so
+/// the checker can tie every stored write to the call it answers. Workers write nothing.
+fn writes_of(turn: &v1::Turn) -> Vec<v1::StateWrite> {
+    match &turn.kind {
+        Some(v1::turn::Kind::Invoke(i)) if turn.epoch != 0 => vec![v1::StateWrite {
+            key: "last".into(),
+            op: Some(v1::state_write::Op::Put(i.payload.clone())),
+        }],
+        _ => Vec::new(),
+    }
+}
+
 /// A stable name for an error, for the history: its kind.
 pub fn error_name(e: &ActorError) -> String {
     e.kind.as_str().to_string()
@@ -195,7 +207,7 @@ async fn serve(
                     outcome: Some(v1::turn_result::Outcome::Ok(bytes::Bytes::from_static(
                         b"ok",
                     ))),
-                    writes: Vec::new(),
+                    writes: writes_of(&turn),
                 }
             });
         });

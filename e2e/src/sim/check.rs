@@ -11,6 +11,8 @@
 //!    answers a call (the probes).
 //! 4. **No acknowledged registration lost.** Every activation still live on a serving host at
 //!    the end is what its partition owner names for the actor.
+//! 5. **No stale write accepted** and 6. **no acknowledged write lost** (the state store's epoch
+//!    fence and the output gate): see [`state_violations`].
 
 use super::world::{Ev, Event};
 use super::{ANSWER_BOUND_MS, Promise, Violation};
@@ -258,6 +260,67 @@ pub fn check(
                     actor: Some(actor.clone()),
                 });
             }
+        }
+    }
+    out.extend(state_violations(history));
+    out
+}
+
+/// 5. **No stale write accepted**: the store never stores a batch whose epoch is older than an
+///    epoch it already issued for that actor (a superseded activation's write).
+/// 6. **No acknowledged write lost**: a call answered `ok` had its turn's write stored before
+///    the answer (the output gate); the sim app writes each call's id, so the write is the
+///    call's own.
+pub fn state_violations(history: &[Event]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut newest: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut stored: BTreeSet<(&str, &str)> = BTreeSet::new();
+    let mut calls: BTreeMap<u64, &str> = BTreeMap::new();
+    for e in history {
+        match &e.ev {
+            Ev::EpochIssued { actor, epoch } => {
+                let n = newest.entry(actor).or_default();
+                *n = (*n).max(*epoch);
+            }
+            Ev::StateCommit {
+                actor,
+                epoch,
+                value,
+                accepted: true,
+            } => {
+                let current = newest.get(actor.as_str()).copied().unwrap_or(0);
+                if *epoch < current {
+                    out.push(Violation {
+                        promise: Promise::Safety,
+                        what: format!(
+                            "stale write accepted: at t={}ms the store stored a batch of {actor}                              under epoch {epoch}, after it had issued epoch {current} to a newer                              activation",
+                            e.t_ms
+                        ),
+                        actor: Some(actor.clone()),
+                    });
+                }
+                if let Some(v) = value {
+                    stored.insert((actor, v));
+                }
+            }
+            Ev::CallStart { id, actor, .. } => {
+                calls.insert(*id, actor);
+            }
+            Ev::CallEnd { id, outcome } if outcome == "ok" => {
+                let Some(actor) = calls.get(id) else { continue };
+                let call = id.to_string();
+                if !stored.contains(&(*actor, call.as_str())) {
+                    out.push(Violation {
+                        promise: Promise::Safety,
+                        what: format!(
+                            "acknowledged write lost: call {id} to {actor} was answered ok at                              t={}ms, but the store never stored its turn's write",
+                            e.t_ms
+                        ),
+                        actor: Some(actor.to_string()),
+                    });
+                }
+            }
+            _ => {}
         }
     }
     out

@@ -466,7 +466,12 @@ async fn call(
     );
     let r = p
         .router
-        .call(a.clone(), "work".into(), Bytes::from_static(b"x"), deadline)
+        .call(
+            a.clone(),
+            "work".into(),
+            Bytes::from(id.to_string()),
+            deadline,
+        )
         .await;
     tracing::debug!(host = %p.me.id, actor = %a, ?r, "sim: call done");
     let outcome = match &r {

@@ -29,6 +29,7 @@ pub mod clock;
 pub mod faults;
 pub mod host;
 pub mod net;
+pub mod state;
 pub mod store;
 pub mod world;
 
@@ -83,6 +84,8 @@ pub struct SimConfig {
     pub expiry_check: ExpiryCheck,
     /// Deliberately broken self-fencing (checker tests only).
     pub self_fence: SelfFence,
+    /// A deliberately broken state store without its epoch fence (checker tests only).
+    pub state_check: state::StateCheck,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
     /// one named schedule per hole, see [`faults::corpus`]). Random scenario only.
     pub schedule: Option<Schedule>,
@@ -112,6 +115,7 @@ impl SimConfig {
             faults: ProtocolFaults::default(),
             expiry_check: ExpiryCheck::FreshRead,
             self_fence: SelfFence::OnExpiry,
+            state_check: state::StateCheck::Fenced,
             schedule: None,
         }
     }
@@ -847,9 +851,11 @@ pub fn run(cfg: SimConfig) -> SimReport {
         .rng_seed(seed)
         .build();
     let cfg = Arc::new(cfg);
+    let shared = Arc::new(Shared::default());
+    shared.state.bind(&shared, cfg.state_check);
     let mut d = Driver {
         sim,
-        shared: Arc::new(Shared::default()),
+        shared,
         hub: MemoryHub::new(),
         cfg: cfg.clone(),
         rng,

@@ -88,6 +88,19 @@ pub enum Ev {
     AppAttached {
         host: String,
     },
+    /// The state store issued `epoch` to a new activation of `actor`.
+    EpochIssued {
+        actor: String,
+        epoch: u64,
+    },
+    /// The state store judged a turn's batch of `actor` carrying `epoch` (`value`: what the sim
+    /// app wrote, its call's id) and stored it (`accepted`) or refused it.
+    StateCommit {
+        actor: String,
+        epoch: u64,
+        value: Option<String>,
+        accepted: bool,
+    },
     /// A fault of the schedule was applied.
     Fault(String),
 }
@@ -249,7 +262,7 @@ pub struct Shared {
     pub holds: Mutex<BTreeMap<(String, String), u32>>,
     /// The fleet's state store, shared by every host as a real cluster shares its database:
     /// epochs are fleet-wide.
-    pub state: Arc<sigx_sidecar::state::memory::MemoryStateStore>,
+    pub state: Arc<super::state::RecordedState>,
 }
 
 impl Default for Shared {
