@@ -514,6 +514,12 @@ impl Dispatcher {
                 String::new(),
                 Bytes::new(),
             ),
+            Some(v1::turn::Kind::Timer(t)) => {
+                return Err(ActorError::invalid(format!(
+                    "timer {:?} ticked, but this app does not handle timer ticks",
+                    t.name
+                )));
+            }
             None => return Err(ActorError::invalid("the turn has no kind")),
         };
         let storage = crate::storage::Storage {

@@ -111,6 +111,20 @@ impl ActorHost for Echo {
     ) -> Result<Response<v1::ReadStateResponse>, Status> {
         Err(Status::unimplemented("not a sidecar"))
     }
+
+    async fn set_timer(
+        &self,
+        _: Request<v1::SetTimerRequest>,
+    ) -> Result<Response<v1::SetTimerResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
+    async fn cancel_timer(
+        &self,
+        _: Request<v1::CancelTimerRequest>,
+    ) -> Result<Response<v1::CancelTimerResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
 }
 
 /// A stand-in sidecar serving [`Echo`] on `socket`, counting the connections it accepts.

@@ -10,6 +10,7 @@
 
 use super::registry::ActorType;
 use super::session::{AppSession, TurnAnswer, TurnKind, TurnOf, TurnOutcome};
+use super::timers::Timers;
 use super::{ActorId, InFlight, Lifecycle, Runtime};
 use bytes::Bytes;
 use sigx_proto::{ActorError, ErrorKind, v1};
@@ -43,19 +44,24 @@ pub(crate) struct Shared {
     /// Set when the state store refused the activation (or failed a commit): it takes no more
     /// turns and ends with a SUPERSEDED Deactivate whose writes are discarded.
     superseded: watch::Sender<bool>,
+    /// The activation's timers: closed (every timer cancelled) when the activation ends.
+    pub(crate) timers: Timers,
 }
 
 impl Shared {
-    fn ended(&self) -> Option<ActorError> {
+    pub(crate) fn ended(&self) -> Option<ActorError> {
         self.ended.lock().expect("activation lock").clone()
     }
 
     /// Ends the activation for callers: those waiting and those still to come answer `err`.
+    /// Its timers go with it: no tick starts once the activation ends, so none follows (or
+    /// overtakes) the Deactivate turn.
     fn end(&self, err: ActorError) {
         self.ended
             .lock()
             .expect("activation lock")
             .get_or_insert(err);
+        self.timers.close();
     }
 
     /// The activation's epoch.
@@ -111,6 +117,7 @@ impl Activation {
             app,
             epoch: AtomicU64::new(0),
             superseded: watch::channel(false).0,
+            timers: Timers::default(),
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
@@ -172,6 +179,11 @@ impl Drop for Caller {
 }
 
 impl Caller {
+    /// The activation this caller entered.
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+
     fn admitted(&mut self) {
         if std::mem::take(&mut self.waiting) {
             self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
@@ -182,13 +194,38 @@ impl Caller {
     /// is answered at its deadline at the latest; the turn's late answer is still awaited (by
     /// a task of its own) before the next turn is admitted, so turns never overlap in the app.
     pub(crate) async fn call(
-        mut self,
+        self,
         rt: &Runtime,
         actor: &ActorId,
         method: &str,
         payload: Bytes,
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
+        let kind = TurnKind::Invoke {
+            method: method.to_string(),
+            payload,
+        };
+        self.turn(rt, actor, kind, method, deadline, || Ok(()), true)
+            .await
+    }
+
+    /// Runs one turn of `kind` (`what` names it in errors and logs) like a call: admitted in
+    /// order, bounded by `deadline` and the lease, its writes through the output gate. `admit`
+    /// runs once the turn holds its admission, just before it is handed to the app, and may
+    /// still refuse it (a timer cancelled while its tick waited). A turn with `idle` false
+    /// (a timer tick) does not count as activity for the idle timeout.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn turn(
+        mut self,
+        rt: &Runtime,
+        actor: &ActorId,
+        kind: TurnKind,
+        what: &str,
+        deadline: Instant,
+        admit: impl FnOnce() -> Result<(), ActorError>,
+        idle: bool,
+    ) -> Result<Bytes, ActorError> {
+        let method = what;
         let shared = self.shared.clone();
         let waited = tokio::time::timeout_at(deadline, shared.turns.clone().acquire_owned()).await;
         self.admitted();
@@ -208,6 +245,7 @@ impl Caller {
         // Fencing is checked at every turn dispatch (DESIGN.md §3), and the lease bounds how
         // long the app may run the turn (§8).
         let not_after = rt.lease_not_after(deadline)?;
+        admit()?;
         rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
         let epoch = shared.epoch();
@@ -217,10 +255,7 @@ impl Caller {
                 activation_id: &self.activation_id,
                 epoch,
             },
-            TurnKind::Invoke {
-                method: method.to_string(),
-                payload,
-            },
+            kind,
             deadline,
             now,
             not_after,
@@ -235,6 +270,7 @@ impl Caller {
             method: method.to_string(),
             epoch,
             slow_at: now + rt.inner.cfg.slow_turn,
+            idle,
         };
         let outcome = {
             let turn = running.turn.as_mut().expect("turn");
@@ -284,6 +320,8 @@ struct RunningTurn {
     method: String,
     epoch: u64,
     slow_at: Instant,
+    /// Whether the turn's end counts as activity for the idle timeout (not for timer ticks).
+    idle: bool,
 }
 
 /// Commits a turn's writes (the output gate); a refusal supersedes the activation.
@@ -324,7 +362,9 @@ impl RunningTurn {
                 .app_errors
                 .fetch_add(1, Ordering::Relaxed);
         }
-        *self.shared.last_turn_end.lock().expect("activation lock") = Instant::now();
+        if self.idle {
+            *self.shared.last_turn_end.lock().expect("activation lock") = Instant::now();
+        }
         self.in_flight = None;
         self.permit = None;
     }
@@ -345,6 +385,7 @@ impl Drop for RunningTurn {
             method: std::mem::take(&mut self.method),
             epoch: self.epoch,
             slow_at: self.slow_at,
+            idle: self.idle,
         };
         // Outside a runtime (the process is going down) there is nothing left to wait for.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {

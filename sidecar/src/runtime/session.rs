@@ -67,8 +67,13 @@ fn writes_of(writes: Vec<v1::StateWrite>) -> Result<Vec<StateWrite>, ActorError>
 #[derive(Debug, Clone)]
 pub enum TurnKind {
     Activate,
-    Invoke { method: String, payload: Bytes },
+    Invoke {
+        method: String,
+        payload: Bytes,
+    },
     Deactivate(v1::DeactivateReason),
+    /// A timer of the activation fired.
+    Timer(v1::TimerTick),
 }
 
 fn never_sent(app: &str) -> ActorError {
@@ -300,6 +305,7 @@ impl AppSession {
             TurnKind::Deactivate(reason) => v1::turn::Kind::Deactivate(v1::Deactivate {
                 reason: reason as i32,
             }),
+            TurnKind::Timer(tick) => v1::turn::Kind::Timer(tick),
         };
         let msg = v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Turn(v1::Turn {
