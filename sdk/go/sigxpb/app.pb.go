@@ -134,6 +134,261 @@ func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
 }
 
+// Sets a timer of one activation.
+type SetTimerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor whose activation owns the timer.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The activation (`Turn.activation_id`): timers belong to one activation, so a request
+	// naming an activation that has ended (or lives on another host) is refused rather than
+	// attached to whichever activation of the actor happens to be live now.
+	ActivationId string `protobuf:"bytes,2,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// Unique per activation, 1..=256 bytes. Setting an existing name replaces that timer (its
+	// next tick, period and payload) rather than adding a second one.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Delay from now until the first tick, in milliseconds (0 = as soon as the activation is
+	// free). At most 366 days.
+	DueMs uint64 `protobuf:"varint,4,opt,name=due_ms,json=dueMs,proto3" json:"due_ms,omitempty"`
+	// 0 = one-shot: one tick, then the timer is gone. Otherwise the interval between ticks, in
+	// milliseconds (at most 366 days), measured from when each tick was due, not from when it
+	// ended: a periodic timer keeps its rhythm. A tick still queued or running when the next one
+	// is due makes that one skipped, never piled up (see `TimerTick.skipped`).
+	PeriodMs uint64 `protobuf:"varint,5,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// Delivered unchanged in every tick, at most the sidecar's max payload.
+	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimerRequest) Reset() {
+	*x = SetTimerRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimerRequest) ProtoMessage() {}
+
+func (x *SetTimerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimerRequest.ProtoReflect.Descriptor instead.
+func (*SetTimerRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetTimerRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *SetTimerRequest) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *SetTimerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetTimerRequest) GetDueMs() uint64 {
+	if x != nil {
+		return x.DueMs
+	}
+	return 0
+}
+
+func (x *SetTimerRequest) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *SetTimerRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// The timer is set.
+type SetTimerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a timer of that name existed and was replaced.
+	Replaced      bool `protobuf:"varint,1,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimerResponse) Reset() {
+	*x = SetTimerResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimerResponse) ProtoMessage() {}
+
+func (x *SetTimerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimerResponse.ProtoReflect.Descriptor instead.
+func (*SetTimerResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetTimerResponse) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
+// Cancels a timer of one activation.
+type CancelTimerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor whose activation owns the timer.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The activation (`Turn.activation_id`); refused like `SetTimerRequest.activation_id` when
+	// it is not live on this host.
+	ActivationId string `protobuf:"bytes,2,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// The timer's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTimerRequest) Reset() {
+	*x = CancelTimerRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTimerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTimerRequest) ProtoMessage() {}
+
+func (x *CancelTimerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTimerRequest.ProtoReflect.Descriptor instead.
+func (*CancelTimerRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CancelTimerRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *CancelTimerRequest) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *CancelTimerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// The timer is gone.
+type CancelTimerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a timer of that name existed (false: nothing to cancel, which is fine).
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTimerResponse) Reset() {
+	*x = CancelTimerResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTimerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTimerResponse) ProtoMessage() {}
+
+func (x *CancelTimerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTimerResponse.ProtoReflect.Descriptor instead.
+func (*CancelTimerResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CancelTimerResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 // Reads state entries of one actor.
 type ReadStateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -153,7 +408,7 @@ type ReadStateRequest struct {
 
 func (x *ReadStateRequest) Reset() {
 	*x = ReadStateRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -165,7 +420,7 @@ func (x *ReadStateRequest) String() string {
 func (*ReadStateRequest) ProtoMessage() {}
 
 func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -178,7 +433,7 @@ func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadStateRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ReadStateRequest) GetActor() *ActorRef {
@@ -227,7 +482,7 @@ type ReadStateResponse struct {
 
 func (x *ReadStateResponse) Reset() {
 	*x = ReadStateResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +494,7 @@ func (x *ReadStateResponse) String() string {
 func (*ReadStateResponse) ProtoMessage() {}
 
 func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +507,7 @@ func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadStateResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ReadStateResponse) GetEntries() []*StateEntry {
@@ -275,7 +530,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -287,7 +542,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -300,7 +555,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StateEntry) GetKey() string {
@@ -339,7 +594,7 @@ type StateWrite struct {
 
 func (x *StateWrite) Reset() {
 	*x = StateWrite{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -351,7 +606,7 @@ func (x *StateWrite) String() string {
 func (*StateWrite) ProtoMessage() {}
 
 func (x *StateWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -364,7 +619,7 @@ func (x *StateWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWrite.ProtoReflect.Descriptor instead.
 func (*StateWrite) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StateWrite) GetKey() string {
@@ -432,7 +687,7 @@ type AppMessage struct {
 
 func (x *AppMessage) Reset() {
 	*x = AppMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +699,7 @@ func (x *AppMessage) String() string {
 func (*AppMessage) ProtoMessage() {}
 
 func (x *AppMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +712,7 @@ func (x *AppMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppMessage.ProtoReflect.Descriptor instead.
 func (*AppMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AppMessage) GetMsg() isAppMessage_Msg {
@@ -531,7 +786,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +798,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +811,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 // Registers the app's types with its sidecar.
@@ -574,7 +829,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +841,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +854,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Register) GetActors() []*ActorTypeSpec {
@@ -640,7 +895,7 @@ type ActorTypeSpec struct {
 
 func (x *ActorTypeSpec) Reset() {
 	*x = ActorTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +907,7 @@ func (x *ActorTypeSpec) String() string {
 func (*ActorTypeSpec) ProtoMessage() {}
 
 func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +920,7 @@ func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTypeSpec.ProtoReflect.Descriptor instead.
 func (*ActorTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ActorTypeSpec) GetName() string {
@@ -711,7 +966,7 @@ type WorkerTypeSpec struct {
 
 func (x *WorkerTypeSpec) Reset() {
 	*x = WorkerTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +978,7 @@ func (x *WorkerTypeSpec) String() string {
 func (*WorkerTypeSpec) ProtoMessage() {}
 
 func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +991,7 @@ func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerTypeSpec.ProtoReflect.Descriptor instead.
 func (*WorkerTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WorkerTypeSpec) GetName() string {
@@ -775,7 +1030,7 @@ type SidecarMessage struct {
 
 func (x *SidecarMessage) Reset() {
 	*x = SidecarMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1042,7 @@ func (x *SidecarMessage) String() string {
 func (*SidecarMessage) ProtoMessage() {}
 
 func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1055,7 @@ func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
 func (*SidecarMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SidecarMessage) GetMsg() isSidecarMessage_Msg {
@@ -878,7 +1133,7 @@ type FenceNotice struct {
 
 func (x *FenceNotice) Reset() {
 	*x = FenceNotice{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1145,7 @@ func (x *FenceNotice) String() string {
 func (*FenceNotice) ProtoMessage() {}
 
 func (x *FenceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1158,7 @@ func (x *FenceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
 func (*FenceNotice) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FenceNotice) GetReason() string {
@@ -926,7 +1181,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1193,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1206,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Registered) GetHostId() string {
@@ -1015,6 +1270,7 @@ type Turn struct {
 	//	*Turn_Activate
 	//	*Turn_Invoke
 	//	*Turn_Deactivate
+	//	*Turn_Timer
 	Kind          isTurn_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1022,7 +1278,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1290,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1303,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -1126,6 +1382,15 @@ func (x *Turn) GetDeactivate() *Deactivate {
 	return nil
 }
 
+func (x *Turn) GetTimer() *TimerTick {
+	if x != nil {
+		if x, ok := x.Kind.(*Turn_Timer); ok {
+			return x.Timer
+		}
+	}
+	return nil
+}
+
 type isTurn_Kind interface {
 	isTurn_Kind()
 }
@@ -1145,11 +1410,116 @@ type Turn_Deactivate struct {
 	Deactivate *Deactivate `protobuf:"bytes,7,opt,name=deactivate,proto3,oneof"`
 }
 
+type Turn_Timer struct {
+	// A timer of this activation fired (`SetTimer`). (Field 10 belongs to reminders.)
+	Timer *TimerTick `protobuf:"bytes,11,opt,name=timer,proto3,oneof"`
+}
+
 func (*Turn_Activate) isTurn_Kind() {}
 
 func (*Turn_Invoke) isTurn_Kind() {}
 
 func (*Turn_Deactivate) isTurn_Kind() {}
+
+func (*Turn_Timer) isTurn_Kind() {}
+
+// A timer of this activation fired: a turn like an Invoke, with the same ordering (never
+// overlapping another turn of a non-reentrant activation), the same bound (`not_after_unix_ms`:
+// the host's default call timeout, capped by the lease) and the same output gate (its writes
+// commit with its result, and a stale epoch supersedes the activation).
+//
+// What the app must do: run its timer handler and answer the turn like an Invoke (`ok` with any
+// payload, which is discarded, or an error). Nobody waits for the answer: a failed or timed-out
+// tick is counted (Status counter `timerFailures`) and logged, never retried, and a periodic
+// timer goes on at its period. An app that does not handle timers answers INVALID.
+//
+// Ticks do not reset the activation's idle timeout: a periodic timer alone does not keep an
+// activation alive (Orleans grain timers behave the same). An activation whose only turns are
+// ticks deactivates at its idle timeout, and its timers go with it; keep it busy with calls, or
+// use a reminder for work that must wake the actor.
+type TimerTick struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The timer's name (`SetTimerRequest.name`).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The payload it was set with.
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Its period in milliseconds; 0 = one-shot (this is its only tick, and it is gone already:
+	// setting the name again from the handler sets a new timer).
+	PeriodMs uint64 `protobuf:"varint,3,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// When this tick was due, in Unix milliseconds on the pod's wall clock; compare it with the
+	// time the handler runs to see how late the tick is (the activation was busy).
+	DueUnixMs int64 `protobuf:"varint,4,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	// Ticks of this periodic timer skipped since the previous one because it was still queued or
+	// running when they were due (0 for one-shot timers and on time).
+	Skipped       uint64 `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimerTick) Reset() {
+	*x = TimerTick{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimerTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimerTick) ProtoMessage() {}
+
+func (x *TimerTick) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
+func (*TimerTick) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TimerTick) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimerTick) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TimerTick) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *TimerTick) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
+func (x *TimerTick) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
 
 // Starts an activation.
 type Activate struct {
@@ -1160,7 +1530,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1172,7 +1542,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1185,7 +1555,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 // Invokes a method.
@@ -1201,7 +1571,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1583,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1596,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -1253,7 +1623,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1265,7 +1635,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1278,7 +1648,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -1310,7 +1680,7 @@ type TurnResult struct {
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1692,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1705,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -1411,7 +1781,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1793,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1806,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -1471,7 +1841,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1853,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1866,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -1538,7 +1908,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1920,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1933,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -1585,7 +1955,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1967,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1980,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -1641,7 +2011,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +2023,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +2036,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -1700,7 +2070,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +2082,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +2095,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -1771,7 +2141,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +2153,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +2166,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
 }
 
 // Live activations of one type.
@@ -1810,7 +2180,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +2192,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +2205,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -1875,7 +2245,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +2257,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2270,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -1956,7 +2326,22 @@ var File_sigx_actors_v1_app_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
-	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xa3\x01\n" +
+	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xc8\x01\n" +
+	"\x0fSetTimerRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
+	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x15\n" +
+	"\x06due_ms\x18\x04 \x01(\x04R\x05dueMs\x12\x1b\n" +
+	"\tperiod_ms\x18\x05 \x01(\x04R\bperiodMs\x12\x18\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\".\n" +
+	"\x10SetTimerResponse\x12\x1a\n" +
+	"\breplaced\x18\x01 \x01(\bR\breplaced\"}\n" +
+	"\x12CancelTimerRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
+	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"/\n" +
+	"\x13CancelTimerResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xa3\x01\n" +
 	"\x10ReadStateRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x14\n" +
@@ -2008,7 +2393,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\x84\x03\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xb7\x03\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
@@ -2021,8 +2406,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x06invoke\x18\x06 \x01(\v2\x16.sigx.actors.v1.InvokeH\x00R\x06invoke\x12<\n" +
 	"\n" +
 	"deactivate\x18\a \x01(\v2\x1a.sigx.actors.v1.DeactivateH\x00R\n" +
-	"deactivateB\x06\n" +
-	"\x04kind\"\n" +
+	"deactivate\x121\n" +
+	"\x05timer\x18\v \x01(\v2\x19.sigx.actors.v1.TimerTickH\x00R\x05timerB\x06\n" +
+	"\x04kind\"\x90\x01\n" +
+	"\tTimerTick\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1b\n" +
+	"\tperiod_ms\x18\x03 \x01(\x04R\bperiodMs\x12\x1e\n" +
+	"\vdue_unix_ms\x18\x04 \x01(\x03R\tdueUnixMs\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\x04R\askipped\"\n" +
 	"\n" +
 	"\bActivate\":\n" +
 	"\x06Invoke\x12\x16\n" +
@@ -2085,7 +2477,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
-	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xa0\x04\n" +
+	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xc7\x05\n" +
 	"\tActorHost\x12G\n" +
 	"\x05Serve\x12\x1a.sigx.actors.v1.AppMessage\x1a\x1e.sigx.actors.v1.SidecarMessage(\x010\x01\x12A\n" +
 	"\x04Call\x12\x1b.sigx.actors.v1.CallRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12J\n" +
@@ -2094,7 +2486,9 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"DispatchOn\x12!.sigx.actors.v1.DispatchOnRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12Q\n" +
 	"\fWatchMembers\x12\x1e.sigx.actors.v1.MembersRequest\x1a\x1f.sigx.actors.v1.MembersResponse0\x01\x12G\n" +
 	"\x06Status\x12\x1d.sigx.actors.v1.StatusRequest\x1a\x1e.sigx.actors.v1.StatusResponse\x12P\n" +
-	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponseb\x06proto3"
+	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponse\x12M\n" +
+	"\bSetTimer\x12\x1f.sigx.actors.v1.SetTimerRequest\x1a .sigx.actors.v1.SetTimerResponse\x12V\n" +
+	"\vCancelTimer\x12\".sigx.actors.v1.CancelTimerRequest\x1a#.sigx.actors.v1.CancelTimerResponseb\x06proto3"
 
 var (
 	file_sigx_actors_v1_app_proto_rawDescOnce sync.Once
@@ -2109,87 +2503,99 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
-	(DeactivateReason)(0),     // 0: sigx.actors.v1.DeactivateReason
-	(MemberStatusFilter)(0),   // 1: sigx.actors.v1.MemberStatusFilter
-	(*ReadStateRequest)(nil),  // 2: sigx.actors.v1.ReadStateRequest
-	(*ReadStateResponse)(nil), // 3: sigx.actors.v1.ReadStateResponse
-	(*StateEntry)(nil),        // 4: sigx.actors.v1.StateEntry
-	(*StateWrite)(nil),        // 5: sigx.actors.v1.StateWrite
-	(*AppMessage)(nil),        // 6: sigx.actors.v1.AppMessage
-	(*Drain)(nil),             // 7: sigx.actors.v1.Drain
-	(*Register)(nil),          // 8: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),     // 9: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),    // 10: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),    // 11: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),       // 12: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),        // 13: sigx.actors.v1.Registered
-	(*Turn)(nil),              // 14: sigx.actors.v1.Turn
-	(*Activate)(nil),          // 15: sigx.actors.v1.Activate
-	(*Invoke)(nil),            // 16: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),        // 17: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),        // 18: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),         // 19: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),       // 20: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),      // 21: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),    // 22: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),   // 23: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil), // 24: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),     // 25: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),   // 26: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),    // 27: sigx.actors.v1.StatusResponse
-	nil,                       // 28: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),          // 29: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),            // 30: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),    // 31: sigx.actors.v1.HostDescriptor
+	(DeactivateReason)(0),       // 0: sigx.actors.v1.DeactivateReason
+	(MemberStatusFilter)(0),     // 1: sigx.actors.v1.MemberStatusFilter
+	(*SetTimerRequest)(nil),     // 2: sigx.actors.v1.SetTimerRequest
+	(*SetTimerResponse)(nil),    // 3: sigx.actors.v1.SetTimerResponse
+	(*CancelTimerRequest)(nil),  // 4: sigx.actors.v1.CancelTimerRequest
+	(*CancelTimerResponse)(nil), // 5: sigx.actors.v1.CancelTimerResponse
+	(*ReadStateRequest)(nil),    // 6: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),   // 7: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),          // 8: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),          // 9: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),          // 10: sigx.actors.v1.AppMessage
+	(*Drain)(nil),               // 11: sigx.actors.v1.Drain
+	(*Register)(nil),            // 12: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),       // 13: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),      // 14: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),      // 15: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),         // 16: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),          // 17: sigx.actors.v1.Registered
+	(*Turn)(nil),                // 18: sigx.actors.v1.Turn
+	(*TimerTick)(nil),           // 19: sigx.actors.v1.TimerTick
+	(*Activate)(nil),            // 20: sigx.actors.v1.Activate
+	(*Invoke)(nil),              // 21: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),          // 22: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),          // 23: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),           // 24: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),         // 25: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),        // 26: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),      // 27: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),     // 28: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil),   // 29: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),       // 30: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),     // 31: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),      // 32: sigx.actors.v1.StatusResponse
+	nil,                         // 33: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),            // 34: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),              // 35: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),      // 36: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	29, // 0: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	4,  // 1: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	8,  // 2: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	18, // 3: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	7,  // 4: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	9,  // 5: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	10, // 6: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	13, // 7: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	14, // 8: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	12, // 9: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	29, // 10: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	15, // 11: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	16, // 12: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	17, // 13: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	0,  // 14: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	19, // 15: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	5,  // 16: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	30, // 17: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	29, // 18: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 19: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	31, // 20: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	29, // 21: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	31, // 22: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	26, // 23: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	28, // 24: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	23, // 25: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	6,  // 26: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	20, // 27: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	22, // 28: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	24, // 29: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	22, // 30: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	25, // 31: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	2,  // 32: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	11, // 33: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	21, // 34: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	23, // 35: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	21, // 36: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	23, // 37: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	27, // 38: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	3,  // 39: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	33, // [33:40] is the sub-list for method output_type
-	26, // [26:33] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	34, // 0: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	34, // 1: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	34, // 2: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	8,  // 3: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	12, // 4: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	23, // 5: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	11, // 6: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	13, // 7: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	14, // 8: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	17, // 9: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	18, // 10: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	16, // 11: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	34, // 12: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	20, // 13: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	21, // 14: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	22, // 15: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	19, // 16: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	0,  // 17: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	24, // 18: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	9,  // 19: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	35, // 20: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	34, // 21: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 22: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	36, // 23: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	34, // 24: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	36, // 25: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	31, // 26: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	33, // 27: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	28, // 28: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	10, // 29: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	25, // 30: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	27, // 31: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	29, // 32: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	27, // 33: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	30, // 34: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	6,  // 35: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	2,  // 36: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	4,  // 37: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	15, // 38: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	26, // 39: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	28, // 40: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	26, // 41: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	28, // 42: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	32, // 43: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	7,  // 44: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	3,  // 45: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	5,  // 46: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	38, // [38:47] is the sub-list for method output_type
+	29, // [29:38] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -2199,26 +2605,27 @@ func file_sigx_actors_v1_app_proto_init() {
 	}
 	file_sigx_actors_v1_errors_proto_init()
 	file_sigx_actors_v1_types_proto_init()
-	file_sigx_actors_v1_app_proto_msgTypes[3].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[7].OneofWrappers = []any{
 		(*StateWrite_Put)(nil),
 		(*StateWrite_Delete)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[4].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[8].OneofWrappers = []any{
 		(*AppMessage_Register)(nil),
 		(*AppMessage_Result)(nil),
 		(*AppMessage_Drain)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[9].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[13].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
 		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[12].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
+		(*Turn_Timer)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[21].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -2228,7 +2635,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   27,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
