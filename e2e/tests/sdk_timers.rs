@@ -257,3 +257,34 @@ async fn ticks_without_a_handler_fail_and_workers_have_no_timers() {
     assert_eq!(err.kind, ErrorKind::Invalid, "{err}");
     assert!(err.message.contains("worker type"), "{err}");
 }
+
+/// A tick is a turn like any other at the store: when a newer activation of the actor exists
+/// (its epoch taken straight from the shared store, as another host would), the tick's write is
+/// refused, the activation is superseded and dropped, and its timers go with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ticks_stale_epoch_supersedes_the_activation_and_ends_its_timers() {
+    let f = fixture().await;
+    assert!(!f.start("z", "beat", 0, Some(20)).await);
+    f.wait_ticks("z", "beat", 2).await;
+    let actor = ActorId::new("Ticker", "z");
+    f.store.next_epoch(&actor).await.unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while f.counter("staleEpochs").await < 1 || f.live().await > 0 {
+        assert!(
+            Instant::now() < until,
+            "the stale tick did not supersede the activation"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(f.counter("timerFailures").await >= 1);
+    let ticks = f.counter("timerTicks").await;
+    // Nothing ticks any more: a one-shot marker on another actor fires, the count stays put
+    // but for the marker's own tick.
+    assert!(!f.start("m", "marker", 100, None).await);
+    f.wait_ticks("m", "marker", 1).await;
+    assert_eq!(
+        f.counter("timerTicks").await,
+        ticks + 1,
+        "the superseded timer ticked on"
+    );
+}

@@ -446,3 +446,40 @@ async fn a_failing_tick_is_counted_not_retried_and_the_period_goes_on() {
         starts.len()
     );
 }
+
+/// A timer whose ticks run longer than its period keeps the activation busy nearly all the
+/// time; it still deactivates promptly at its idle timeout, because no tick starts once the
+/// activation is idle-due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_timer_does_not_postpone_the_idle_deactivation() {
+    let mut f = fixture(
+        300,
+        &[(
+            "timer:busy",
+            Behaviour::SleepEcho(Duration::from_millis(100)),
+        )],
+    )
+    .await;
+    let act = f.activate("Ticker", "a").await;
+    let called = Instant::now();
+    f.set("Ticker", "a", &act, "busy", 0, 5, b"").await.unwrap();
+    let until = Instant::now() + WAIT;
+    let deactivated = loop {
+        if let Some(d) = f
+            .app
+            .events()
+            .into_iter()
+            .find(|e| e.what == "deactivate" && e.activation_id == act)
+        {
+            break d;
+        }
+        assert!(Instant::now() < until, "no idle deactivation");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let after = deactivated.start - called;
+    assert!(
+        after < Duration::from_millis(1_000),
+        "deactivated {after:?} after the last call, with an idle timeout of 300 ms"
+    );
+    assert!(f.ticks("busy").len() >= 2);
+}

@@ -1434,9 +1434,11 @@ func (*Turn_Timer) isTurn_Kind() {}
 // timer goes on at its period. An app that does not handle timers answers INVALID.
 //
 // Ticks do not reset the activation's idle timeout: a periodic timer alone does not keep an
-// activation alive (Orleans grain timers behave the same). An activation whose only turns are
-// ticks deactivates at its idle timeout, and its timers go with it; keep it busy with calls, or
-// use a reminder for work that must wake the actor.
+// activation alive (Orleans grain timers behave the same), so forgotten timers cannot pin
+// activations, their memory and their directory entries on a host forever. An activation whose
+// only turns are ticks deactivates at its idle timeout (counted from its last other turn; no
+// tick starts once it has passed), and its timers go with it. Keep the activation busy with
+// calls, or use a reminder for work that must wake the actor.
 type TimerTick struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The timer's name (`SetTimerRequest.name`).

@@ -22,6 +22,8 @@ use tokio::time::Instant;
 
 /// Turns a reentrant activation may run at once: its semaphore's permits.
 const REENTRANT_TURNS: u32 = 1 << 16;
+/// How soon an idle activation that was busy at its idle check looks again.
+const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What callers and the activation's task share.
 pub(crate) struct Shared {
@@ -34,7 +36,10 @@ pub(crate) struct Shared {
     /// their permit: the idle check leaves the table only when there are none.
     waiting: AtomicUsize,
     /// When the last turn ended (its answer, or its late answer after the caller's deadline).
+    /// Timer ticks do not move it: they keep no activation alive.
     last_turn_end: Mutex<Instant>,
+    /// The type's idle timeout.
+    idle_timeout: std::time::Duration,
     /// Set when the activation stops taking turns: what callers admitted afterwards answer.
     ended: Mutex<Option<ActorError>>,
     /// The app session the activation lives in.
@@ -62,6 +67,13 @@ impl Shared {
             .expect("activation lock")
             .get_or_insert(err);
         self.timers.close();
+    }
+
+    /// Whether the activation has been idle for its idle timeout (it is about to deactivate, as
+    /// soon as no turn runs): timer ticks are not started then, so that a busy timer cannot
+    /// keep finding the activation busy at its idle check.
+    pub(crate) fn idle_due(&self) -> bool {
+        *self.last_turn_end.lock().expect("activation lock") + self.idle_timeout <= Instant::now()
     }
 
     /// The activation's epoch.
@@ -113,6 +125,7 @@ impl Activation {
             permits: if ty.reentrant { REENTRANT_TURNS } else { 1 },
             waiting: AtomicUsize::new(0),
             last_turn_end: Mutex::new(Instant::now()),
+            idle_timeout: ty.idle_timeout,
             ended: Mutex::new(None),
             app,
             epoch: AtomicU64::new(0),
@@ -646,12 +659,15 @@ async fn run(
                     }
                     break v1::DeactivateReason::Idle;
                 }
-                // A turn ended since, or one runs or a caller waits: look again one idle
-                // period after the last turn ended (from now, while one is still running).
+                // A turn ended since: look again one idle period after it ended. One runs or a
+                // caller waits: look again soon. A timer tick that ends does not move
+                // `last_turn_end`, and no tick starts while the activation is idle-due (see
+                // `Shared::idle_due`), so a running tick delays the deactivation by about this
+                // much, not by a whole idle period.
                 idle_at = if idle_since + ty.idle_timeout > now {
                     idle_since + ty.idle_timeout
                 } else {
-                    now + ty.idle_timeout
+                    now + ty.idle_timeout.min(IDLE_RECHECK)
                 };
             }
         }

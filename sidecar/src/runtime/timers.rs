@@ -11,7 +11,8 @@
 //! A timer ends with its activation: the activation's end closes its [`Timers`] (every timer
 //! cancelled, no new one accepted) before its Deactivate turn is sent, and a tick checks that it
 //! is still wanted at the moment it holds its admission, just before it is handed to the app.
-//! Ticks do not count as activity for the idle timeout (see `TimerTick` in app.proto).
+//! Ticks do not count as activity for the idle timeout, and none starts once the activation is
+//! idle-due, so the idle check finds it free at once (see `TimerTick` in app.proto).
 
 use super::activation::{Caller, Shared};
 use super::session::TurnKind;
@@ -322,7 +323,16 @@ async fn ticks(
                 skipped,
             };
             let ran = AtomicBool::new(false);
+            let idle = AtomicBool::new(false);
             let admit = || {
+                // Idle-due: the activation deactivates as soon as it is free; a tick would only
+                // hold it (ticks keep no activation alive), so this one is skipped.
+                if shared.idle_due() {
+                    idle.store(true, Ordering::Relaxed);
+                    return Err(ActorError::unreachable(
+                        "the activation is idle: tick skipped",
+                    ));
+                }
                 if !shared.timers.admit(&spec.name, slot, spec.period.is_none()) {
                     return Err(ActorError::unreachable("the timer was cancelled: no tick"));
                 }
@@ -340,7 +350,12 @@ async fn ticks(
                 // Refused before it ran because the timer or its activation is gone.
                 return;
             }
-            outcome
+            if idle.load(Ordering::Relaxed) {
+                counters.timer_ticks_skipped.fetch_add(1, Ordering::Relaxed);
+                Ok(Bytes::new())
+            } else {
+                outcome
+            }
         };
         if let Err(e) = outcome {
             counters.timer_failures.fetch_add(1, Ordering::Relaxed);
