@@ -12,6 +12,7 @@ mod output;
 pub mod registry;
 pub mod session;
 mod timers;
+mod turn;
 
 pub use gate::{ActivationGate, OpenGate};
 pub use registry::{RegistrationError, Registry};
