@@ -90,6 +90,27 @@ impl ActorHost for RawEcho {
     ) -> Result<Response<v1::CancelTimerResponse>, Status> {
         Err(Status::unimplemented("baseline"))
     }
+
+    async fn set_reminder(
+        &self,
+        _r: Request<v1::SetReminderRequest>,
+    ) -> Result<Response<v1::SetReminderResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+
+    async fn delete_reminder(
+        &self,
+        _r: Request<v1::DeleteReminderRequest>,
+    ) -> Result<Response<v1::DeleteReminderResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+
+    async fn list_reminders(
+        &self,
+        _r: Request<v1::ListRemindersRequest>,
+    ) -> Result<Response<v1::ListRemindersResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
 }
 
 async fn raw_echo_uds(path: &Path) {

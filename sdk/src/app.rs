@@ -27,6 +27,9 @@ type DeactivateFn<S> = Arc<
 >;
 type TimerFn<S> =
     Arc<dyn Fn(ActorContext<S>, TimerTick) -> BoxFuture<Result<(), ActorError>> + Send + Sync>;
+type ReminderFn<S> = Arc<
+    dyn Fn(ActorContext<S>, crate::Reminder) -> BoxFuture<Result<(), ActorError>> + Send + Sync,
+>;
 
 /// A stateful actor type: one activation per key across the fleet, turn-based, holding state
 /// `S` in memory for as long as the activation lives.
@@ -49,6 +52,7 @@ pub struct ActorType<S> {
     activate: ActivateFn<S>,
     deactivate: Option<DeactivateFn<S>>,
     timer: Option<TimerFn<S>>,
+    reminder: Option<ReminderFn<S>>,
     methods: BTreeMap<String, MethodFn<S>>,
 }
 
@@ -67,6 +71,7 @@ impl<S: Send + 'static> ActorType<S> {
             activate: Arc::new(move |ctx| Box::pin(activate(ctx))),
             deactivate: None,
             timer: None,
+            reminder: None,
             methods: BTreeMap::new(),
         }
     }
@@ -139,6 +144,18 @@ impl<S: Send + 'static> ActorType<S> {
         self.timer = Some(Arc::new(move |ctx, tick| Box::pin(handler(ctx, tick))));
         self
     }
+
+    /// Handles the actor's due reminders (set with `set_reminder`), one turn per delivery.
+    /// Delivery is at least once: make the handler idempotent per (`name`, `due`). An error
+    /// (or a timeout) has the sidecar deliver the occurrence again with backoff.
+    pub fn on_reminder<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ActorContext<S>, crate::Reminder) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ActorError>> + Send + 'static,
+    {
+        self.reminder = Some(Arc::new(move |ctx, r| Box::pin(handler(ctx, r))));
+        self
+    }
 }
 
 impl<S: Default + Send + 'static> ActorType<S> {
@@ -155,6 +172,7 @@ enum TurnKind {
     Invoke,
     Deactivate(DeactivateReason),
     Timer(TimerTick),
+    Reminder(crate::Reminder),
 }
 
 /// An actor type with its state type erased, plus its live activations.
@@ -246,6 +264,25 @@ impl<S: Send + 'static> ActorTypeDyn for ActorRuntime<S> {
                         )));
                     };
                     handler(ActorContext { ctx, state }, tick).await?;
+                    Ok(Bytes::new())
+                }
+                TurnKind::Reminder(reminder) => {
+                    let Some(handler) = self.def.reminder.clone() else {
+                        return Err(ActorError::invalid(format!(
+                            "{} has no reminder handler, but reminder {:?} came due; add \
+                             .on_reminder(..) to the type, or delete the reminder",
+                            ctx.actor_type, reminder.name
+                        )));
+                    };
+                    let state = self.live.lock().unwrap().get(&ctx.activation_id).cloned();
+                    let Some(state) = state else {
+                        return Err(ActorError::invalid(format!(
+                            "{}/{} has no live activation {:?} in this app (no Activate turn \
+                             preceded this one)",
+                            ctx.actor_type, ctx.key, &*ctx.activation_id
+                        )));
+                    };
+                    handler(ActorContext { ctx, state }, reminder).await?;
                     Ok(Bytes::new())
                 }
                 TurnKind::Deactivate(reason) => {
@@ -494,6 +531,14 @@ impl Dispatcher {
                 let payload = tick.payload().clone();
                 (TurnKind::Timer(tick), String::new(), payload)
             }
+            Some(v1::turn::Kind::Reminder(r)) => {
+                let payload = r.payload.clone();
+                (
+                    TurnKind::Reminder(crate::Reminder::from_proto(r)),
+                    String::new(),
+                    payload,
+                )
+            }
             None => return Err(ActorError::invalid("the turn has no kind")),
         };
         let storage = crate::storage::Storage {
@@ -536,6 +581,10 @@ impl Dispatcher {
                     Some(handler) => Ok(handler(ctx)),
                     None => Err(no_such_method(&ctx, worker.methods.keys())),
                 },
+                TurnKind::Reminder(_) => Err(ActorError::invalid(format!(
+                    "{} is a worker type: workers have no reminders",
+                    ctx.actor_type
+                ))),
             };
         }
         let known: BTreeSet<&str> = self

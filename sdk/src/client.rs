@@ -32,7 +32,7 @@ const TRANSPORT_DEADLINE_SLACK: Duration = Duration::from_secs(2);
 /// those would not do: it calls a cancelled request, or a stream the sidecar reset with
 /// `CANCEL`, `Cancelled`, which reads as `timeout`.) Anything else without a detail goes through
 /// [`ActorError::from_status`].
-fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
+pub(crate) fn read_status(status: &tonic::Status, socket: &Path) -> ActorError {
     use std::error::Error as _;
     if status.details().is_empty() {
         // Looked for first: hyper reports a refused stream as a failure of the connection, the
@@ -383,6 +383,10 @@ pub struct ActorHandle {
 }
 
 impl ActorHandle {
+    pub(crate) fn parts(&self) -> (&Client, &str, &str) {
+        (&self.client, &self.actor_type, &self.key)
+    }
+
     /// Calls `method` with an opaque payload.
     pub async fn call(
         &self,

@@ -120,6 +120,12 @@ impl Context {
     pub fn epoch(&self) -> u64 {
         self.storage.epoch
     }
+
+    /// This actor, as a handle: set its own reminders (`ctx.this_actor().set_reminder(..)`)
+    /// or hand it to others.
+    pub fn this_actor(&self) -> crate::ActorHandle {
+        self.client.actor(&*self.actor_type, &*self.key)
+    }
 }
 
 /// A turn of a stateful actor: the [`Context`] plus the activation's state.

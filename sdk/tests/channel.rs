@@ -125,6 +125,27 @@ impl ActorHost for Echo {
     ) -> Result<Response<v1::CancelTimerResponse>, Status> {
         Err(Status::unimplemented("not a sidecar"))
     }
+
+    async fn set_reminder(
+        &self,
+        _: Request<v1::SetReminderRequest>,
+    ) -> Result<Response<v1::SetReminderResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
+    async fn delete_reminder(
+        &self,
+        _: Request<v1::DeleteReminderRequest>,
+    ) -> Result<Response<v1::DeleteReminderResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
+    async fn list_reminders(
+        &self,
+        _: Request<v1::ListRemindersRequest>,
+    ) -> Result<Response<v1::ListRemindersResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
 }
 
 /// A stand-in sidecar serving [`Echo`] on `socket`, counting the connections it accepts.

@@ -22,5 +22,6 @@ pub mod host;
 pub mod membership;
 pub mod mesh;
 pub mod placement;
+pub mod reminders;
 pub mod runtime;
 pub mod state;

@@ -379,6 +379,7 @@ async fn a_postgres_store_that_cannot_be_used_is_refused_at_open_by_name() {
             "app",
             "GRANT SELECT, INSERT, UPDATE ON sigx_actor_epochs TO limited;
              GRANT SELECT, INSERT, UPDATE, DELETE ON sigx_actor_state TO limited;
+             GRANT SELECT, INSERT, UPDATE, DELETE ON sigx_reminders TO limited;
              GRANT SELECT ON sigx_state_schema TO limited;",
         )
         .await;

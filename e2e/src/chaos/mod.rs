@@ -9,6 +9,7 @@
 //! first (the SDK asks its sidecar to drain it, then exits), the sidecar after the app has gone.
 
 pub mod ledger;
+pub mod reminders;
 pub mod trace;
 
 pub use ledger::{Ledger, Outcome, Report};

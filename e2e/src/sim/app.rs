@@ -156,7 +156,7 @@ async fn serve(
                 );
                 Duration::from_millis(rng.random_range(0..=2))
             }
-            Some(v1::turn::Kind::Invoke(_)) => {
+            Some(v1::turn::Kind::Invoke(_) | v1::turn::Kind::Reminder(_)) => {
                 shared.record(&me, Ev::Turn { act });
                 Duration::from_millis(rng.random_range(cfg.turn_ms.0..=cfg.turn_ms.1))
             }

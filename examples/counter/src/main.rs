@@ -4,6 +4,8 @@
 //! * `Counter.increment [amount]` adds `amount` (JSON integer, default 1) and returns the new
 //!   value; `Counter.get` returns the value; `Counter.info` returns the value, the activation id
 //!   and the host id (to see where an actor lives and when it was re-activated).
+//! * A due reminder on a `Counter` (set with `SetReminder`, e.g. `sigx`'s SDKs) adds its
+//!   payload (a JSON integer, default 1) to the count.
 //! * `Echo.echo` returns its payload; `Echo.whereami` returns the host id that ran it.
 //!
 //! Counts are durable in the sidecar's state store (`ctx.storage()`, DESIGN.md §11): every
@@ -202,6 +204,37 @@ fn app(select: Selection, trace: Trace, idle: Option<Duration>, delay: Duration)
     counter = counter.on_deactivate(|ctx, _reason| async move {
         ctx.state().await._activation.deactivating();
         Ok(())
+    });
+    // A due reminder adds its payload (a JSON integer, default 1) to the count, durably, like
+    // an increment: `sigx` delivers it at least once, so the trace records every delivery.
+    let t0 = trace.clone();
+    counter = counter.on_reminder(move |ctx, reminder| {
+        let t = t0.clone();
+        async move {
+            #[allow(clippy::disallowed_methods)]
+            let wall_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            t.reminder(&ctx, &reminder, wall_ms);
+            let amount: i64 = if reminder.payload.is_empty() {
+                1
+            } else {
+                serde_json::from_slice(&reminder.payload).map_err(|e| {
+                    ActorError::invalid(format!(
+                        "reminder {:?}: its payload is not a JSON integer: {e}",
+                        reminder.name
+                    ))
+                })?
+            };
+            let mut count = ctx.state().await;
+            let next = count.value.saturating_add(amount);
+            if ctx.epoch() != 0 {
+                ctx.storage().put(COUNT_KEY, &next)?;
+            }
+            count.value = next;
+            Ok(())
+        }
     });
     let (t1, t2, t3) = (trace.clone(), trace.clone(), trace);
     let counter = counter

@@ -77,6 +77,35 @@ impl Trace {
         );
     }
 
+    /// Appends one line for a due reminder the actor of `ctx` ran: its name, the occurrence's
+    /// due time, the attempt, and the wall time the handler started (so tests can judge what
+    /// the app executed: every occurrence delivered, how late, and how many times).
+    pub fn reminder(&self, ctx: &Context, reminder: &sigx_sdk::Reminder, wall_ms: i64) {
+        let Some(file) = &self.file else { return };
+        let due_ms = reminder
+            .due
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let line = serde_json::json!({
+            "t_ns": monotonic_ns(),
+            "event": "reminder",
+            "actor": format!("{}/{}", ctx.actor_type(), ctx.key()),
+            "activation": ctx.activation_id(),
+            "host": ctx.host_id(),
+            "pid": std::process::id(),
+            "name": reminder.name,
+            "due_ms": due_ms,
+            "attempt": reminder.attempt,
+            "wall_ms": wall_ms,
+        });
+        let mut bytes = line.to_string().into_bytes();
+        bytes.push(b'\n');
+        if let Err(e) = file.lock().unwrap().write_all(&bytes) {
+            tracing::error!(error = %e, "cannot append to the trace file");
+        }
+    }
+
     fn write(&self, event: Event, actor: &str, activation: &str, host: &str, method: &str) {
         self.write_line(event, actor, activation, host, method, false)
     }

@@ -25,15 +25,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ActorHost_Serve_FullMethodName        = "/sigx.actors.v1.ActorHost/Serve"
-	ActorHost_Call_FullMethodName         = "/sigx.actors.v1.ActorHost/Call"
-	ActorHost_Members_FullMethodName      = "/sigx.actors.v1.ActorHost/Members"
-	ActorHost_DispatchOn_FullMethodName   = "/sigx.actors.v1.ActorHost/DispatchOn"
-	ActorHost_WatchMembers_FullMethodName = "/sigx.actors.v1.ActorHost/WatchMembers"
-	ActorHost_Status_FullMethodName       = "/sigx.actors.v1.ActorHost/Status"
-	ActorHost_ReadState_FullMethodName    = "/sigx.actors.v1.ActorHost/ReadState"
-	ActorHost_SetTimer_FullMethodName     = "/sigx.actors.v1.ActorHost/SetTimer"
-	ActorHost_CancelTimer_FullMethodName  = "/sigx.actors.v1.ActorHost/CancelTimer"
+	ActorHost_Serve_FullMethodName          = "/sigx.actors.v1.ActorHost/Serve"
+	ActorHost_Call_FullMethodName           = "/sigx.actors.v1.ActorHost/Call"
+	ActorHost_Members_FullMethodName        = "/sigx.actors.v1.ActorHost/Members"
+	ActorHost_DispatchOn_FullMethodName     = "/sigx.actors.v1.ActorHost/DispatchOn"
+	ActorHost_WatchMembers_FullMethodName   = "/sigx.actors.v1.ActorHost/WatchMembers"
+	ActorHost_Status_FullMethodName         = "/sigx.actors.v1.ActorHost/Status"
+	ActorHost_ReadState_FullMethodName      = "/sigx.actors.v1.ActorHost/ReadState"
+	ActorHost_SetTimer_FullMethodName       = "/sigx.actors.v1.ActorHost/SetTimer"
+	ActorHost_CancelTimer_FullMethodName    = "/sigx.actors.v1.ActorHost/CancelTimer"
+	ActorHost_SetReminder_FullMethodName    = "/sigx.actors.v1.ActorHost/SetReminder"
+	ActorHost_DeleteReminder_FullMethodName = "/sigx.actors.v1.ActorHost/DeleteReminder"
+	ActorHost_ListReminders_FullMethodName  = "/sigx.actors.v1.ActorHost/ListReminders"
 )
 
 // ActorHostClient is the client API for ActorHost service.
@@ -76,6 +79,15 @@ type ActorHostClient interface {
 	// Cancels a timer of a live activation on this host by name. Once it returns, no tick of that
 	// timer starts (a tick already running finishes). Cancelling an unknown name is not an error.
 	CancelTimer(ctx context.Context, in *CancelTimerRequest, opts ...grpc.CallOption) (*CancelTimerResponse, error)
+	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
+	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
+	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
+	// and restarts until it is deleted or, for a one-shot reminder, delivered.
+	SetReminder(ctx context.Context, in *SetReminderRequest, opts ...grpc.CallOption) (*SetReminderResponse, error)
+	// Deletes a reminder by name (absent is fine: `existed` says which).
+	DeleteReminder(ctx context.Context, in *DeleteReminderRequest, opts ...grpc.CallOption) (*DeleteReminderResponse, error)
+	// The reminders of one actor, by name.
+	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
 }
 
 type actorHostClient struct {
@@ -188,6 +200,36 @@ func (c *actorHostClient) CancelTimer(ctx context.Context, in *CancelTimerReques
 	return out, nil
 }
 
+func (c *actorHostClient) SetReminder(ctx context.Context, in *SetReminderRequest, opts ...grpc.CallOption) (*SetReminderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetReminderResponse)
+	err := c.cc.Invoke(ctx, ActorHost_SetReminder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *actorHostClient) DeleteReminder(ctx context.Context, in *DeleteReminderRequest, opts ...grpc.CallOption) (*DeleteReminderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteReminderResponse)
+	err := c.cc.Invoke(ctx, ActorHost_DeleteReminder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *actorHostClient) ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRemindersResponse)
+	err := c.cc.Invoke(ctx, ActorHost_ListReminders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ActorHostServer is the server API for ActorHost service.
 // All implementations must embed UnimplementedActorHostServer
 // for forward compatibility.
@@ -228,6 +270,15 @@ type ActorHostServer interface {
 	// Cancels a timer of a live activation on this host by name. Once it returns, no tick of that
 	// timer starts (a tick already running finishes). Cancelling an unknown name is not an error.
 	CancelTimer(context.Context, *CancelTimerRequest) (*CancelTimerResponse, error)
+	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
+	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
+	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
+	// and restarts until it is deleted or, for a one-shot reminder, delivered.
+	SetReminder(context.Context, *SetReminderRequest) (*SetReminderResponse, error)
+	// Deletes a reminder by name (absent is fine: `existed` says which).
+	DeleteReminder(context.Context, *DeleteReminderRequest) (*DeleteReminderResponse, error)
+	// The reminders of one actor, by name.
+	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)
 	mustEmbedUnimplementedActorHostServer()
 }
 
@@ -264,6 +315,15 @@ func (UnimplementedActorHostServer) SetTimer(context.Context, *SetTimerRequest) 
 }
 func (UnimplementedActorHostServer) CancelTimer(context.Context, *CancelTimerRequest) (*CancelTimerResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CancelTimer not implemented")
+}
+func (UnimplementedActorHostServer) SetReminder(context.Context, *SetReminderRequest) (*SetReminderResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetReminder not implemented")
+}
+func (UnimplementedActorHostServer) DeleteReminder(context.Context, *DeleteReminderRequest) (*DeleteReminderResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteReminder not implemented")
+}
+func (UnimplementedActorHostServer) ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListReminders not implemented")
 }
 func (UnimplementedActorHostServer) mustEmbedUnimplementedActorHostServer() {}
 func (UnimplementedActorHostServer) testEmbeddedByValue()                   {}
@@ -430,6 +490,60 @@ func _ActorHost_CancelTimer_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActorHost_SetReminder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetReminderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).SetReminder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_SetReminder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).SetReminder(ctx, req.(*SetReminderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActorHost_DeleteReminder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteReminderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).DeleteReminder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_DeleteReminder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).DeleteReminder(ctx, req.(*DeleteReminderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActorHost_ListReminders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRemindersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).ListReminders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_ListReminders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).ListReminders(ctx, req.(*ListRemindersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ActorHost_ServiceDesc is the grpc.ServiceDesc for ActorHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -464,6 +578,18 @@ var ActorHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTimer",
 			Handler:    _ActorHost_CancelTimer_Handler,
+		},
+		{
+			MethodName: "SetReminder",
+			Handler:    _ActorHost_SetReminder_Handler,
+		},
+		{
+			MethodName: "DeleteReminder",
+			Handler:    _ActorHost_DeleteReminder_Handler,
+		},
+		{
+			MethodName: "ListReminders",
+			Handler:    _ActorHost_ListReminders_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -255,6 +255,14 @@ impl ActorHost for AppService {
         if req.method.is_empty() {
             return Err(ActorError::invalid("method is empty: name the method to call").into());
         }
+        if req.method.starts_with('$') {
+            return Err(ActorError::invalid(format!(
+                "method {:?} starts with `$`, which is reserved for sigx's own turn kinds (e.g. \
+                 reminders, set with SetReminder); rename the method",
+                req.method
+            ))
+            .into());
+        }
         let payload = self
             .dispatcher
             .call(actor, req.method, req.payload, deadline)
@@ -300,6 +308,39 @@ impl ActorHost for AppService {
         _request: Request<v1::StatusRequest>,
     ) -> Result<Response<v1::StatusResponse>, Status> {
         Ok(Response::new(self.dispatcher.status()))
+    }
+
+    async fn set_reminder(
+        &self,
+        request: Request<v1::SetReminderRequest>,
+    ) -> Result<Response<v1::SetReminderResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        Ok(Response::new(
+            crate::reminders::api::set(&self.runtime, actor, req).await?,
+        ))
+    }
+
+    async fn delete_reminder(
+        &self,
+        request: Request<v1::DeleteReminderRequest>,
+    ) -> Result<Response<v1::DeleteReminderResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        Ok(Response::new(
+            crate::reminders::api::delete(&self.runtime, actor, &req.name).await?,
+        ))
+    }
+
+    async fn list_reminders(
+        &self,
+        request: Request<v1::ListRemindersRequest>,
+    ) -> Result<Response<v1::ListRemindersResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        Ok(Response::new(
+            crate::reminders::api::list(&self.runtime, actor).await?,
+        ))
     }
 
     async fn read_state(

@@ -12,6 +12,7 @@
 mod cluster;
 pub mod late;
 pub mod local;
+mod reminders;
 pub mod turns;
 
 use crate::app::{AppService, Dispatcher};
@@ -91,6 +92,9 @@ pub struct HostOptions {
     pub connector: Arc<dyn Connector>,
     /// The state store; `None` builds the one the configuration names.
     pub state: Option<crate::state::SharedStateStore>,
+    /// How the reminder owner polls and retries; `None` = the defaults (with the configured
+    /// call timeout).
+    pub reminders: Option<crate::reminders::SchedulerConfig>,
 }
 
 impl Default for HostOptions {
@@ -100,6 +104,7 @@ impl Default for HostOptions {
             provider: None,
             connector: Arc::new(TcpConnector),
             state: None,
+            reminders: None,
         }
     }
 }
@@ -171,6 +176,7 @@ pub struct Host {
     pub cluster: Arc<tokio::sync::OnceCell<ClusterParts>>,
     cfg: Config,
     late_gate: Arc<LateGate>,
+    reminders: crate::reminders::scheduler::Scheduler,
     listeners_down: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -266,10 +272,11 @@ impl Host {
             },
             gate,
         );
+        let started_at_unix_ms = opts.clock.wall_unix_ms();
         let local: Arc<dyn Dispatcher> = Arc::new(LocalDispatcher {
             runtime: runtime.clone(),
             state: state.clone(),
-            started_at_unix_ms: opts.clock.wall_unix_ms(),
+            started_at_unix_ms,
             node: cfg.node.clone(),
         });
         let late_dispatcher = Arc::new(LateDispatcher::new(cfg.host_id.clone(), local.clone()));
@@ -280,6 +287,16 @@ impl Host {
         };
         let (down_tx, down_rx) = watch::channel(false);
         let mut tasks = Vec::new();
+        let cluster_cell: Arc<tokio::sync::OnceCell<ClusterParts>> = Arc::default();
+        let reminders = reminders::start(
+            &cfg,
+            &opts,
+            &runtime,
+            dispatcher.clone(),
+            state.clone(),
+            clustered.then(|| cluster_cell.clone()),
+            started_at_unix_ms,
+        );
 
         let app = AppService::new(runtime.clone(), dispatcher, cfg.call_timeout);
         tasks.push(tokio::spawn(serve_socket(
@@ -293,7 +310,6 @@ impl Host {
             state.clone(),
             wait_down(down_rx.clone()),
         )));
-        let cluster_cell: Arc<tokio::sync::OnceCell<ClusterParts>> = Arc::default();
         {
             let runtime = runtime.clone();
             let state2 = state.clone();
@@ -362,6 +378,7 @@ impl Host {
             cluster: cluster_cell,
             cfg,
             late_gate,
+            reminders,
             listeners_down: down_tx,
             tasks,
         })
@@ -401,6 +418,13 @@ impl Host {
                 "published leaving"
             );
         }
+        // The reminder owner claims nothing more; what it claimed and has not started goes
+        // back to the shard's next owner, what it started settles (within the drain).
+        let reminders_deadline = match kind {
+            StopKind::Graceful => Instant::now() + self.cfg.drain_timeout,
+            StopKind::Fast => Instant::now(),
+        };
+        self.reminders.stop(reminders_deadline).await;
         if kind == StopKind::Graceful {
             let drain_deadline = Instant::now() + self.cfg.drain_timeout;
             let t = Instant::now();

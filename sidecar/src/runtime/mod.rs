@@ -150,6 +150,8 @@ pub struct RuntimeCounters {
     pub timer_failures: AtomicU64,
     /// Ticks of periodic timers skipped because the previous tick was still queued or running.
     pub timer_ticks_skipped: AtomicU64,
+    /// The reminder owner's counters (set through this host, delivered by it).
+    pub reminders: Arc<crate::reminders::ReminderCounters>,
 }
 
 impl RuntimeCounters {
@@ -179,6 +181,9 @@ impl RuntimeCounters {
                 g(&self.timer_ticks_skipped),
             ),
         ])
+        .into_iter()
+        .chain(self.reminders.snapshot())
+        .collect()
     }
 }
 
@@ -207,6 +212,8 @@ pub(crate) struct Inner {
     pub(crate) lifecycles: watch::Sender<u64>,
     /// Turns handed to the app that it may still be running (for the fenced withdrawal).
     outstanding: Arc<Outstanding>,
+    /// Wakes this host's reminder owner when a reminder is set here.
+    reminder_nudge: Arc<tokio::sync::Notify>,
 }
 
 /// The local actor runtime of one host.
@@ -263,8 +270,14 @@ impl Runtime {
                 in_flight: watch::channel(0).0,
                 lifecycles: watch::channel(0).0,
                 outstanding: Arc::new(Outstanding::default()),
+                reminder_nudge: Arc::default(),
             }),
         }
+    }
+
+    /// What wakes this host's reminder owner (a reminder was set here).
+    pub fn reminder_nudge(&self) -> Arc<tokio::sync::Notify> {
+        self.inner.reminder_nudge.clone()
     }
 
     /// The runtime's settings.
@@ -435,8 +448,21 @@ impl Runtime {
             )));
         };
         let registry = &app.registry;
+        // A due reminder travels as sigx's own method; it is no app method, so the type's
+        // method list does not apply, and only actor types have reminders.
+        let reminder = method == crate::reminders::REMINDER_METHOD;
+        if reminder {
+            crate::reminders::decode_delivery(&payload)?;
+            if registry.workers.contains_key(&*actor.actor_type) {
+                return Err(ActorError::invalid(format!(
+                    "{:?} is a worker type, and workers have no reminders (no identity to \
+                     remind); set reminders on an actor type",
+                    actor.actor_type
+                )));
+            }
+        }
         if let Some(ty) = registry.actors.get(&*actor.actor_type) {
-            if !ty.methods.is_empty() && !ty.methods.contains(method) {
+            if !reminder && !ty.methods.is_empty() && !ty.methods.contains(method) {
                 return Err(unknown_method(actor, method, &ty.methods));
             }
             self.inner.gate.check_serving()?;

@@ -74,6 +74,24 @@ pub enum TurnKind {
     Deactivate(v1::DeactivateReason),
     /// A timer of the activation fired.
     Timer(v1::TimerTick),
+    /// A due reminder (`$reminder` deliveries).
+    Reminder(v1::Reminder),
+}
+
+impl TurnKind {
+    /// The turn a delivered call becomes: a method call, or a due reminder when the method is
+    /// sigx's own `$reminder` (whose payload the runtime checked before admitting the call).
+    pub fn of_call(method: &str, payload: Bytes) -> TurnKind {
+        if method == crate::reminders::REMINDER_METHOD
+            && let Ok(reminder) = crate::reminders::decode_delivery(&payload)
+        {
+            return TurnKind::Reminder(reminder);
+        }
+        TurnKind::Invoke {
+            method: method.to_string(),
+            payload,
+        }
+    }
 }
 
 fn never_sent(app: &str) -> ActorError {
@@ -306,6 +324,7 @@ impl AppSession {
                 reason: reason as i32,
             }),
             TurnKind::Timer(tick) => v1::turn::Kind::Timer(tick),
+            TurnKind::Reminder(reminder) => v1::turn::Kind::Reminder(reminder),
         };
         let msg = v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Turn(v1::Turn {

@@ -58,10 +58,7 @@ impl Caller {
         payload: Bytes,
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
-        let kind = TurnKind::Invoke {
-            method: method.to_string(),
-            payload,
-        };
+        let kind = TurnKind::of_call(method, payload);
         self.turn(rt, actor, kind, method, deadline, || Ok(()), true)
             .await
     }

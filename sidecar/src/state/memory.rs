@@ -19,6 +19,8 @@ struct Actor {
 #[derive(Default)]
 pub struct MemoryStateStore {
     actors: Mutex<HashMap<ActorId, Actor>>,
+    /// Reminders by actor and name, with the shard each is in (see `reminders::memory`).
+    pub(crate) reminders: Mutex<crate::reminders::memory::Table>,
 }
 
 impl MemoryStateStore {

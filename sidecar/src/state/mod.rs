@@ -160,9 +160,10 @@ pub enum StateError {
     },
 }
 
-/// A durable, epoch-fenced key/value store of actor state.
+/// A durable, epoch-fenced key/value store of actor state. Every state store also keeps the
+/// actors' reminders (`crate::reminders`), beside the state they act on.
 #[async_trait]
-pub trait StateStore: Send + Sync + 'static {
+pub trait StateStore: crate::reminders::ReminderStore + Send + Sync + 'static {
     /// `memory`, `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
 

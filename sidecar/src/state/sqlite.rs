@@ -1,8 +1,9 @@
 //! The embedded default store: one SQLite file (WAL, `synchronous = FULL`), shared by the hosts
 //! of one machine (`sigx dev up`).
 //!
-//! Two tables. `sigx_actor_epochs` holds one row per actor that ever activated, its current epoch;
-//! the row is never deleted, so epochs only grow. `sigx_actor_state` holds the entries. Issuing an
+//! Three tables. `sigx_actor_epochs` holds one row per actor that ever activated, its current
+//! epoch; the row is never deleted, so epochs only grow. `sigx_actor_state` holds the entries;
+//! `sigx_reminders` the reminders (see `reminders::sqlite`). Issuing an
 //! epoch is one upsert-increment; a commit is one `BEGIN IMMEDIATE` transaction that reads the
 //! actor's epoch row, refuses unless the batch's epoch is that one, and applies the batch — the
 //! single writer lock of SQLite makes the check and the writes one step, across processes.
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 const KIND: &str = "sqlite";
 /// The schema this code writes; older files are migrated forward when opened.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The state database cannot be used; reported before anything binds (exit 64).
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +125,7 @@ impl SqliteStateStore {
         &self.path
     }
 
-    async fn blocking<T: Send + 'static>(
+    pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T, StateError> + Send + 'static,
     ) -> Result<T, StateError> {
@@ -184,8 +185,25 @@ fn migrate(conn: &Connection) -> Result<(), Migrate> {
              epoch INTEGER NOT NULL,
              PRIMARY KEY (actor_type, actor_key, key)
          ) WITHOUT ROWID;
+         CREATE TABLE IF NOT EXISTS sigx_reminders (
+             actor_type TEXT NOT NULL,
+             actor_key TEXT NOT NULL,
+             name TEXT NOT NULL,
+             shard INTEGER NOT NULL,
+             due_ms INTEGER NOT NULL,
+             period_ms INTEGER NOT NULL,
+             payload BLOB NOT NULL,
+             next_ms INTEGER NOT NULL,
+             attempts INTEGER NOT NULL,
+             version INTEGER NOT NULL,
+             claimed_by TEXT,
+             claim_until_ms INTEGER NOT NULL,
+             PRIMARY KEY (actor_type, actor_key, name)
+         ) WITHOUT ROWID;
+         CREATE INDEX IF NOT EXISTS sigx_reminders_due ON sigx_reminders (shard, next_ms);
          INSERT INTO sigx_state_schema (version)
-             SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM sigx_state_schema);
+             SELECT 2 WHERE NOT EXISTS (SELECT 1 FROM sigx_state_schema);
+         UPDATE sigx_state_schema SET version = 2 WHERE version < 2;
          COMMIT;",
     )?;
     let found: i64 = conn.query_row("SELECT MAX(version) FROM sigx_state_schema", [], |r| {
@@ -204,7 +222,7 @@ fn unavailable(message: impl Into<String>) -> StateError {
     }
 }
 
-fn sql(e: rusqlite::Error) -> StateError {
+pub(crate) fn sql(e: rusqlite::Error) -> StateError {
     unavailable(e.to_string())
 }
 

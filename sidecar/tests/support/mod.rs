@@ -199,6 +199,26 @@ impl TestApp {
                             };
                             (what, outcome)
                         }
+                        // Recorded as `reminder:<name>:<due_unix_ms>:<attempt>`; behaviour
+                        // by `reminder:<name>`.
+                        v1::turn::Kind::Reminder(r) => {
+                            let outcome = match behaviour.get(&format!("reminder:{}", r.name)) {
+                                Some(Behaviour::Fail(m)) => Err(m.clone()),
+                                Some(Behaviour::SleepEcho(d)) => {
+                                    tokio::time::sleep(*d).await;
+                                    Ok(r.payload.clone())
+                                }
+                                Some(Behaviour::Hang) => {
+                                    futures::future::pending::<()>().await;
+                                    unreachable!()
+                                }
+                                None => Ok(r.payload.clone()),
+                            };
+                            (
+                                format!("reminder:{}:{}:{}", r.name, r.due_unix_ms, r.attempt),
+                                outcome,
+                            )
+                        }
                     };
                     ev.lock().unwrap().push(Event {
                         actor,

@@ -13,6 +13,7 @@
 //! error: a store that cannot be reached says nothing about epochs.
 
 mod pool;
+mod reminders;
 mod schema;
 
 pub use schema::{PostgresStateError, SCHEMA_VERSION};

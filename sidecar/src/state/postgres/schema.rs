@@ -10,7 +10,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config};
 
 /// The schema this code writes; older databases are migrated forward when opened.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The advisory lock key the migration holds ("sigxstat" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7369_6778_7374_6174;
@@ -70,7 +70,7 @@ pub enum PostgresStateError {
         "user {user:?} lacks a privilege the state store needs at {target}: {reason}; grant it \
          CREATE on the schema (to create the tables once), SELECT on sigx_state_schema, SELECT, \
          INSERT, UPDATE on sigx_actor_epochs and SELECT, INSERT, UPDATE, DELETE on \
-         sigx_actor_state"
+         sigx_actor_state and sigx_reminders"
     )]
     Permission {
         /// host:port/database.
@@ -206,7 +206,7 @@ pub(super) async fn migrate(
             });
         }
         Some(v) if v == SCHEMA_VERSION => {}
-        // Absent, empty or older: version 1 is the first, so creating is migrating.
+        // Absent, empty or older: every table is created if missing, so creating is migrating.
         _ => {
             tx.batch_execute(
                 "CREATE TABLE IF NOT EXISTS sigx_state_schema (version INTEGER NOT NULL);
@@ -224,8 +224,24 @@ pub(super) async fn migrate(
                      epoch BIGINT NOT NULL,
                      PRIMARY KEY (actor_type, actor_key, key)
                  );
+                 CREATE TABLE IF NOT EXISTS sigx_reminders (
+                     actor_type TEXT COLLATE \"C\" NOT NULL,
+                     actor_key TEXT COLLATE \"C\" NOT NULL,
+                     name TEXT COLLATE \"C\" NOT NULL,
+                     shard INTEGER NOT NULL,
+                     due_ms BIGINT NOT NULL,
+                     period_ms BIGINT NOT NULL,
+                     payload BYTEA NOT NULL,
+                     next_ms BIGINT NOT NULL,
+                     attempts INTEGER NOT NULL,
+                     version BIGINT NOT NULL,
+                     claimed_by TEXT,
+                     claim_until_ms BIGINT NOT NULL,
+                     PRIMARY KEY (actor_type, actor_key, name)
+                 );
+                 CREATE INDEX IF NOT EXISTS sigx_reminders_due ON sigx_reminders (shard, next_ms);
                  DELETE FROM sigx_state_schema;
-                 INSERT INTO sigx_state_schema (version) VALUES (1);",
+                 INSERT INTO sigx_state_schema (version) VALUES (2);",
             )
             .await
             .map_err(named)?;
@@ -235,7 +251,8 @@ pub(super) async fn migrate(
     let allowed: bool = client
         .query_one(
             "SELECT has_table_privilege('sigx_actor_epochs', 'SELECT, INSERT, UPDATE')
-                AND has_table_privilege('sigx_actor_state', 'SELECT, INSERT, UPDATE, DELETE')",
+                AND has_table_privilege('sigx_actor_state', 'SELECT, INSERT, UPDATE, DELETE')
+                AND has_table_privilege('sigx_reminders', 'SELECT, INSERT, UPDATE, DELETE')",
             &[],
         )
         .await

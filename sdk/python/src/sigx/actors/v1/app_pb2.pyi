@@ -65,6 +65,68 @@ class CancelTimerResponse(_message.Message):
     existed: bool
     def __init__(self, existed: _Optional[bool] = ...) -> None: ...
 
+class SetReminderRequest(_message.Message):
+    __slots__ = ("actor", "name", "due_unix_ms", "due_in_ms", "period_ms", "payload")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    DUE_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    name: str
+    due_unix_ms: int
+    due_in_ms: int
+    period_ms: int
+    payload: bytes
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ..., due_unix_ms: _Optional[int] = ..., due_in_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class SetReminderResponse(_message.Message):
+    __slots__ = ("due_unix_ms",)
+    DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    due_unix_ms: int
+    def __init__(self, due_unix_ms: _Optional[int] = ...) -> None: ...
+
+class DeleteReminderRequest(_message.Message):
+    __slots__ = ("actor", "name")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    name: str
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteReminderResponse(_message.Message):
+    __slots__ = ("existed",)
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    existed: bool
+    def __init__(self, existed: _Optional[bool] = ...) -> None: ...
+
+class ListRemindersRequest(_message.Message):
+    __slots__ = ("actor",)
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ...) -> None: ...
+
+class ListRemindersResponse(_message.Message):
+    __slots__ = ("reminders",)
+    REMINDERS_FIELD_NUMBER: _ClassVar[int]
+    reminders: _containers.RepeatedCompositeFieldContainer[ReminderInfo]
+    def __init__(self, reminders: _Optional[_Iterable[_Union[ReminderInfo, _Mapping]]] = ...) -> None: ...
+
+class ReminderInfo(_message.Message):
+    __slots__ = ("name", "due_unix_ms", "period_ms", "payload", "failed_attempts")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    FAILED_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    due_unix_ms: int
+    period_ms: int
+    payload: bytes
+    failed_attempts: int
+    def __init__(self, name: _Optional[str] = ..., due_unix_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., failed_attempts: _Optional[int] = ...) -> None: ...
+
 class ReadStateRequest(_message.Message):
     __slots__ = ("actor", "activation_id", "epoch", "keys", "all")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -176,7 +238,7 @@ class Registered(_message.Message):
     def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate", "timer")
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate", "reminder", "timer")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +248,7 @@ class Turn(_message.Message):
     ACTIVATE_FIELD_NUMBER: _ClassVar[int]
     INVOKE_FIELD_NUMBER: _ClassVar[int]
     DEACTIVATE_FIELD_NUMBER: _ClassVar[int]
+    REMINDER_FIELD_NUMBER: _ClassVar[int]
     TIMER_FIELD_NUMBER: _ClassVar[int]
     turn_id: int
     actor: _types_pb2.ActorRef
@@ -196,8 +259,9 @@ class Turn(_message.Message):
     activate: Activate
     invoke: Invoke
     deactivate: Deactivate
+    reminder: Reminder
     timer: TimerTick
-    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
 
 class TimerTick(_message.Message):
     __slots__ = ("name", "payload", "period_ms", "due_unix_ms", "skipped")
@@ -212,6 +276,20 @@ class TimerTick(_message.Message):
     due_unix_ms: int
     skipped: int
     def __init__(self, name: _Optional[str] = ..., payload: _Optional[bytes] = ..., period_ms: _Optional[int] = ..., due_unix_ms: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
+
+class Reminder(_message.Message):
+    __slots__ = ("name", "payload", "due_unix_ms", "period_ms", "attempt")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    payload: bytes
+    due_unix_ms: int
+    period_ms: int
+    attempt: int
+    def __init__(self, name: _Optional[str] = ..., payload: _Optional[bytes] = ..., due_unix_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class Activate(_message.Message):
     __slots__ = ()

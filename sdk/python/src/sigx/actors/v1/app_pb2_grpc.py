@@ -79,6 +79,21 @@ class ActorHostStub:
                 request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.SerializeToString,
                 response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.FromString,
                 _registered_method=True)
+        self.SetReminder = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/SetReminder',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderResponse.FromString,
+                _registered_method=True)
+        self.DeleteReminder = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/DeleteReminder',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderResponse.FromString,
+                _registered_method=True)
+        self.ListReminders = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/ListReminders',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.FromString,
+                _registered_method=True)
 
 
 class ActorHostServicer:
@@ -165,6 +180,30 @@ class ActorHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetReminder(self, request, context):
+        """Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
+        `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
+        the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
+        and restarts until it is deleted or, for a one-shot reminder, delivered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteReminder(self, request, context):
+        """Deletes a reminder by name (absent is fine: `existed` says which).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListReminders(self, request, context):
+        """The reminders of one actor, by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ActorHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -212,6 +251,21 @@ def add_ActorHostServicer_to_server(servicer, server):
                     servicer.CancelTimer,
                     request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.FromString,
                     response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.SerializeToString,
+            ),
+            'SetReminder': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetReminder,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderResponse.SerializeToString,
+            ),
+            'DeleteReminder': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteReminder,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderResponse.SerializeToString,
+            ),
+            'ListReminders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListReminders,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -457,6 +511,87 @@ class ActorHost:
             '/sigx.actors.v1.ActorHost/CancelTimer',
             sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.SerializeToString,
             sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetReminder(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/SetReminder',
+            sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteReminder(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/DeleteReminder',
+            sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.DeleteReminderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListReminders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/ListReminders',
+            sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,105 @@
+//! The reminder RPCs of the app socket: `SetReminder`, `DeleteReminder`, `ListReminders`.
+
+use super::{ReminderSpec, check_spec, shard_of, to_info};
+use crate::runtime::{ActorId, Runtime};
+use crate::state::StateError;
+use sigx_proto::{ActorError, v1};
+use std::sync::atomic::Ordering;
+
+/// A store failure as the app sees it. Every reminder RPC is idempotent, so retrying is safe.
+fn store_error(what: &str, actor: &ActorId, e: StateError) -> ActorError {
+    match e {
+        StateError::Invalid(m) => ActorError::invalid(m),
+        e => ActorError::unreachable(format!(
+            "{what} for {actor} failed: {e}; retry (the request is idempotent)"
+        )),
+    }
+}
+
+/// Refuses reminders on a type this host's app registers as a worker.
+fn check_actor_type(runtime: &Runtime, actor: &ActorId) -> Result<(), ActorError> {
+    if runtime.registers(&actor.actor_type) == Some(false) {
+        return Err(ActorError::invalid(format!(
+            "{:?} is a worker type, and workers have no reminders (no identity to remind); set \
+             reminders on an actor type",
+            actor.actor_type
+        )));
+    }
+    Ok(())
+}
+
+/// `SetReminder`.
+pub async fn set(
+    runtime: &Runtime,
+    actor: ActorId,
+    req: v1::SetReminderRequest,
+) -> Result<v1::SetReminderResponse, ActorError> {
+    check_actor_type(runtime, &actor)?;
+    let now = runtime.config().clock.wall_unix_ms();
+    let due_unix_ms = match req.due {
+        Some(v1::set_reminder_request::Due::DueUnixMs(at)) => at,
+        Some(v1::set_reminder_request::Due::DueInMs(after)) => {
+            now.saturating_add(after.min(i64::MAX as u64) as i64)
+        }
+        None => {
+            return Err(ActorError::invalid(format!(
+                "reminder {:?} has no due time: set due_unix_ms (absolute) or due_in_ms (from now)",
+                req.name
+            )));
+        }
+    };
+    let spec = ReminderSpec {
+        name: req.name,
+        due_unix_ms,
+        period_ms: req.period_ms,
+        payload: req.payload,
+    };
+    check_spec(&spec)?;
+    runtime
+        .config()
+        .state
+        .set_reminder(&actor, shard_of(&actor), &spec)
+        .await
+        .map_err(|e| store_error("setting a reminder", &actor, e))?;
+    runtime
+        .counters()
+        .reminders
+        .set
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(%actor, reminder = %spec.name, due = due_unix_ms, period_ms = spec.period_ms,
+        "reminder set");
+    // The owner of its shard may be this host: a reminder due soon should not wait a poll.
+    runtime.reminder_nudge().notify_one();
+    Ok(v1::SetReminderResponse { due_unix_ms })
+}
+
+/// `DeleteReminder`.
+pub async fn delete(
+    runtime: &Runtime,
+    actor: ActorId,
+    name: &str,
+) -> Result<v1::DeleteReminderResponse, ActorError> {
+    let existed = runtime
+        .config()
+        .state
+        .delete_reminder(&actor, name)
+        .await
+        .map_err(|e| store_error("deleting a reminder", &actor, e))?;
+    Ok(v1::DeleteReminderResponse { existed })
+}
+
+/// `ListReminders`.
+pub async fn list(
+    runtime: &Runtime,
+    actor: ActorId,
+) -> Result<v1::ListRemindersResponse, ActorError> {
+    let rows = runtime
+        .config()
+        .state
+        .list_reminders(&actor)
+        .await
+        .map_err(|e| store_error("listing reminders", &actor, e))?;
+    Ok(v1::ListRemindersResponse {
+        reminders: rows.iter().map(to_info).collect(),
+    })
+}
