@@ -78,6 +78,18 @@ impl ActorHost for RawEcho {
     ) -> Result<Response<v1::ReadStateResponse>, Status> {
         Err(Status::unimplemented("baseline"))
     }
+    async fn set_timer(
+        &self,
+        _r: Request<v1::SetTimerRequest>,
+    ) -> Result<Response<v1::SetTimerResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+    async fn cancel_timer(
+        &self,
+        _r: Request<v1::CancelTimerRequest>,
+    ) -> Result<Response<v1::CancelTimerResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
 
     async fn set_reminder(
         &self,

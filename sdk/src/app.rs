@@ -3,6 +3,8 @@
 use crate::client::Client;
 use crate::context::{ActorContext, Context};
 use crate::payload;
+use crate::timers::TimerTick;
+use crate::worker::WorkerType;
 use bytes::Bytes;
 use futures::FutureExt;
 use serde::Serialize;
@@ -23,7 +25,8 @@ type MethodFn<S> =
 type DeactivateFn<S> = Arc<
     dyn Fn(ActorContext<S>, DeactivateReason) -> BoxFuture<Result<(), ActorError>> + Send + Sync,
 >;
-type WorkerFn = Arc<dyn Fn(Context) -> BoxFuture<Result<Bytes, ActorError>> + Send + Sync>;
+type TimerFn<S> =
+    Arc<dyn Fn(ActorContext<S>, TimerTick) -> BoxFuture<Result<(), ActorError>> + Send + Sync>;
 type ReminderFn<S> = Arc<
     dyn Fn(ActorContext<S>, crate::Reminder) -> BoxFuture<Result<(), ActorError>> + Send + Sync,
 >;
@@ -48,6 +51,7 @@ pub struct ActorType<S> {
     idle_timeout: Option<Duration>,
     activate: ActivateFn<S>,
     deactivate: Option<DeactivateFn<S>>,
+    timer: Option<TimerFn<S>>,
     reminder: Option<ReminderFn<S>>,
     methods: BTreeMap<String, MethodFn<S>>,
 }
@@ -66,6 +70,7 @@ impl<S: Send + 'static> ActorType<S> {
             idle_timeout: None,
             activate: Arc::new(move |ctx| Box::pin(activate(ctx))),
             deactivate: None,
+            timer: None,
             reminder: None,
             methods: BTreeMap::new(),
         }
@@ -126,6 +131,20 @@ impl<S: Send + 'static> ActorType<S> {
         self
     }
 
+    /// Handles the ticks of every timer of this type's activations (set with
+    /// [`Context::set_timer`]; tell them apart by [`TimerTick::name`]). A tick is a turn of the
+    /// activation like a method call, bounded by the host's call timeout; its storage writes
+    /// commit when it returns `Ok`. Nobody waits for its result: an error is counted and logged
+    /// by the sidecar, and the tick is not retried. Without a handler, ticks answer `invalid`.
+    pub fn on_timer<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(ActorContext<S>, TimerTick) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), ActorError>> + Send + 'static,
+    {
+        self.timer = Some(Arc::new(move |ctx, tick| Box::pin(handler(ctx, tick))));
+        self
+    }
+
     /// Handles the actor's due reminders (set with `set_reminder`), one turn per delivery.
     /// Delivery is at least once: make the handler idempotent per (`name`, `due`). An error
     /// (or a timeout) has the sidecar deliver the occurrence again with backoff.
@@ -146,75 +165,13 @@ impl<S: Default + Send + 'static> ActorType<S> {
     }
 }
 
-/// A stateless worker type: runs on the host that receives the call, with no identity and no
-/// directory, up to `max_concurrency` turns at once on each host.
-///
-/// ```
-/// use sigx_sdk::WorkerType;
-///
-/// let echo = WorkerType::new("Echo")
-///     .max_concurrency(32)
-///     .method("echo", |ctx| async move { Ok(ctx.payload().clone()) });
-/// ```
-pub struct WorkerType {
-    name: String,
-    max_concurrency: u32,
-    methods: BTreeMap<String, WorkerFn>,
-}
-
-impl WorkerType {
-    /// A worker type named `name` (default concurrency: the sidecar's, 16).
-    pub fn new(name: impl Into<String>) -> Self {
-        WorkerType {
-            name: name.into(),
-            max_concurrency: 0,
-            methods: BTreeMap::new(),
-        }
-    }
-
-    /// How many turns of this type may run at once on one host.
-    pub fn max_concurrency(mut self, n: u32) -> Self {
-        self.max_concurrency = n;
-        self
-    }
-
-    /// Handles `method` with raw payload bytes in and out.
-    pub fn method<F, Fut>(mut self, method: impl Into<String>, handler: F) -> Self
-    where
-        F: Fn(Context) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Bytes, ActorError>> + Send + 'static,
-    {
-        self.methods
-            .insert(method.into(), Arc::new(move |ctx| Box::pin(handler(ctx))));
-        self
-    }
-
-    /// Handles `method` with a JSON request and a JSON reply.
-    pub fn json_method<Req, Resp, F, Fut>(self, method: impl Into<String>, handler: F) -> Self
-    where
-        Req: DeserializeOwned + Send + 'static,
-        Resp: Serialize + 'static,
-        F: Fn(Context, Req) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Resp, ActorError>> + Send + 'static,
-    {
-        let handler = Arc::new(handler);
-        self.method(method, move |ctx: Context| {
-            let handler = handler.clone();
-            async move {
-                let request: Req = ctx.json()?;
-                let reply = handler(ctx, request).await?;
-                payload::json(&reply)
-            }
-        })
-    }
-}
-
 /// What a turn asks of a type.
 #[derive(Debug, Clone)]
 enum TurnKind {
     Activate,
     Invoke,
     Deactivate(DeactivateReason),
+    Timer(TimerTick),
     Reminder(crate::Reminder),
 }
 
@@ -290,6 +247,24 @@ impl<S: Send + 'static> ActorTypeDyn for ActorRuntime<S> {
                         )));
                     };
                     handler(ActorContext { ctx, state }).await
+                }
+                TurnKind::Timer(tick) => {
+                    let state = self.live.lock().unwrap().get(&ctx.activation_id).cloned();
+                    let (Some(state), Some(handler)) = (state, self.def.timer.clone()) else {
+                        return Err(ActorError::invalid(format!(
+                            "timer {:?} of {}/{} ticked, but {}",
+                            tick.name(),
+                            ctx.actor_type,
+                            ctx.key,
+                            if self.def.timer.is_none() {
+                                "the type has no on_timer handler"
+                            } else {
+                                "its activation is not live in this app"
+                            }
+                        )));
+                    };
+                    handler(ActorContext { ctx, state }, tick).await?;
+                    Ok(Bytes::new())
                 }
                 TurnKind::Reminder(reminder) => {
                     let Some(handler) = self.def.reminder.clone() else {
@@ -551,6 +526,11 @@ impl Dispatcher {
                 String::new(),
                 Bytes::new(),
             ),
+            Some(v1::turn::Kind::Timer(t)) => {
+                let tick = TimerTick::from_proto(t);
+                let payload = tick.payload().clone();
+                (TurnKind::Timer(tick), String::new(), payload)
+            }
             Some(v1::turn::Kind::Reminder(r)) => {
                 let payload = r.payload.clone();
                 (
@@ -594,6 +574,9 @@ impl Dispatcher {
                 TurnKind::Activate | TurnKind::Deactivate(_) => {
                     Ok(Box::pin(async { Ok(Bytes::new()) }))
                 }
+                TurnKind::Timer(_) => Err(ActorError::invalid(
+                    "a timer ticked on a worker type: workers have no activations, so no timers",
+                )),
                 TurnKind::Invoke => match worker.methods.get(&*ctx.method) {
                     Some(handler) => Ok(handler(ctx)),
                     None => Err(no_such_method(&ctx, worker.methods.keys())),

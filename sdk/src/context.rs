@@ -59,12 +59,12 @@ impl Context {
         &self.host_id
     }
 
-    /// The method being invoked; empty in activation and deactivation hooks.
+    /// The method being invoked; empty in activation, deactivation and timer hooks.
     pub fn method(&self) -> &str {
         &self.method
     }
 
-    /// The caller's payload, as sent.
+    /// The caller's payload, as sent (in a timer hook: the timer's payload).
     pub fn payload(&self) -> &Bytes {
         &self.payload
     }

@@ -57,8 +57,10 @@ pub mod payload;
 mod reminders;
 mod serve;
 mod storage;
+mod timers;
+mod worker;
 
-pub use app::{ActorType, App, Dispatcher, WorkerType};
+pub use app::{ActorType, App, Dispatcher};
 pub use bound::WallClock;
 pub use client::{ActorHandle, Client, Subscription, WorkerOn};
 pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, SidecarChannel, socket_from_env};
@@ -69,6 +71,8 @@ pub use serve::{Backoff, ServeError, ServeHandle, ServeState};
 pub use sigx_proto::v1::DeactivateReason;
 pub use sigx_proto::{ActorError, ErrorKind};
 pub use storage::Storage;
+pub use timers::TimerTick;
+pub use worker::WorkerType;
 
 /// The generated wire types, for apps that need the raw messages.
 pub use sigx_proto::v1 as proto;

@@ -112,6 +112,20 @@ impl ActorHost for Echo {
         Err(Status::unimplemented("not a sidecar"))
     }
 
+    async fn set_timer(
+        &self,
+        _: Request<v1::SetTimerRequest>,
+    ) -> Result<Response<v1::SetTimerResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
+    async fn cancel_timer(
+        &self,
+        _: Request<v1::CancelTimerRequest>,
+    ) -> Result<Response<v1::CancelTimerResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
     async fn set_reminder(
         &self,
         _: Request<v1::SetReminderRequest>,

@@ -399,3 +399,71 @@ async fn a_turns_writes_travel_with_its_success_only_and_reads_see_them() {
     );
     assert_eq!(err(r).0, ErrorKind::App);
 }
+
+fn tick(id: u64, key: &str, activation: &str, name: &str, payload: &str) -> v1::Turn {
+    turn(
+        id,
+        key,
+        activation,
+        turn::Kind::Timer(v1::TimerTick {
+            name: name.into(),
+            payload: Bytes::copy_from_slice(payload.as_bytes()),
+            period_ms: 250,
+            due_unix_ms: 1_700_000_000_000,
+            skipped: 2,
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_timer_tick_runs_on_timer_with_the_activations_state_and_its_writes_travel() {
+    let ticker = ActorType::new("Counter", |_ctx: Context| async {
+        Ok(Vec::<String>::new())
+    })
+    .json_method("seen", |ctx, (): ()| async move {
+        Ok(ctx.state().await.clone())
+    })
+    .on_timer(|ctx, tick| async move {
+        assert_eq!(tick.period(), Some(Duration::from_millis(250)));
+        assert_eq!(tick.skipped(), 2);
+        assert_eq!(ctx.payload(), tick.payload());
+        assert_eq!(ctx.method(), "");
+        if tick.name() == "bad" {
+            return Err(ActorError::app("tick failed"));
+        }
+        let seen = format!(
+            "{}:{}",
+            tick.name(),
+            String::from_utf8_lossy(tick.payload())
+        );
+        ctx.storage().put_bytes("last", seen.clone());
+        ctx.state().await.push(seen);
+        Ok(())
+    });
+    let d = App::new("t").actor(ticker).into_dispatcher(client());
+    ok(d.handle(activate(1, "k", "A1")).await);
+    let r = d.handle(tick(2, "k", "A1", "flush", "p")).await;
+    assert_eq!(
+        r.writes.len(),
+        1,
+        "the tick's write travels with its result"
+    );
+    assert_eq!(ok(r), "");
+    let (kind, msg) = err(d.handle(tick(3, "k", "A1", "bad", "")).await);
+    assert_eq!((kind, msg.as_str()), (ErrorKind::App, "tick failed"));
+    assert_eq!(
+        ok(d.handle(invoke(4, "k", "A1", "seen", "")).await),
+        r#"["flush:p"]"#
+    );
+    // A tick for an activation this app does not hold (or a type without on_timer) is invalid.
+    let (kind, msg) = err(d.handle(tick(5, "k", "gone", "flush", "")).await);
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("not live"), "{msg}");
+    let plain = App::new("p")
+        .actor(ActorType::new("Counter", |_ctx: Context| async { Ok(()) }))
+        .into_dispatcher(client());
+    ok(plain.handle(activate(1, "k", "A1")).await);
+    let (kind, msg) = err(plain.handle(tick(2, "k", "A1", "flush", "")).await);
+    assert_eq!(kind, ErrorKind::Invalid);
+    assert!(msg.contains("no on_timer handler"), "{msg}");
+}

@@ -254,6 +254,7 @@ async fn sigterm_ends_the_serve_stream_with_ok_after_the_drain() {
             Some(v1::turn::Kind::Activate(_)) => "activate",
             Some(v1::turn::Kind::Invoke(_)) => "invoke",
             Some(v1::turn::Kind::Deactivate(_)) => "deactivate",
+            Some(v1::turn::Kind::Timer(_)) => "timer",
             Some(v1::turn::Kind::Reminder(_)) => "reminder",
             None => "none",
         });

@@ -176,7 +176,8 @@ async fn serve(
                 shared.record(&me, Ev::ActEnd { act });
                 Duration::ZERO
             }
-            None => Duration::ZERO,
+            // The simulated app sets no timers.
+            Some(v1::turn::Kind::Timer(_)) | None => Duration::ZERO,
         };
         let session = session.clone();
         let me = me.clone();

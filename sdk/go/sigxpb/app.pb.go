@@ -134,6 +134,261 @@ func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
 }
 
+// Sets a timer of one activation.
+type SetTimerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor whose activation owns the timer.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The activation (`Turn.activation_id`): timers belong to one activation, so a request
+	// naming an activation that has ended (or lives on another host) is refused rather than
+	// attached to whichever activation of the actor happens to be live now.
+	ActivationId string `protobuf:"bytes,2,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// Unique per activation, 1..=256 bytes. Setting an existing name replaces that timer (its
+	// next tick, period and payload) rather than adding a second one.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Delay from now until the first tick, in milliseconds (0 = as soon as the activation is
+	// free). At most 366 days.
+	DueMs uint64 `protobuf:"varint,4,opt,name=due_ms,json=dueMs,proto3" json:"due_ms,omitempty"`
+	// 0 = one-shot: one tick, then the timer is gone. Otherwise the interval between ticks, in
+	// milliseconds (at most 366 days), measured from when each tick was due, not from when it
+	// ended: a periodic timer keeps its rhythm. A tick still queued or running when the next one
+	// is due makes that one skipped, never piled up (see `TimerTick.skipped`).
+	PeriodMs uint64 `protobuf:"varint,5,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// Delivered unchanged in every tick, at most the sidecar's max payload.
+	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimerRequest) Reset() {
+	*x = SetTimerRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimerRequest) ProtoMessage() {}
+
+func (x *SetTimerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimerRequest.ProtoReflect.Descriptor instead.
+func (*SetTimerRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetTimerRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *SetTimerRequest) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *SetTimerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetTimerRequest) GetDueMs() uint64 {
+	if x != nil {
+		return x.DueMs
+	}
+	return 0
+}
+
+func (x *SetTimerRequest) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *SetTimerRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+// The timer is set.
+type SetTimerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a timer of that name existed and was replaced.
+	Replaced      bool `protobuf:"varint,1,opt,name=replaced,proto3" json:"replaced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetTimerResponse) Reset() {
+	*x = SetTimerResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetTimerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetTimerResponse) ProtoMessage() {}
+
+func (x *SetTimerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetTimerResponse.ProtoReflect.Descriptor instead.
+func (*SetTimerResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetTimerResponse) GetReplaced() bool {
+	if x != nil {
+		return x.Replaced
+	}
+	return false
+}
+
+// Cancels a timer of one activation.
+type CancelTimerRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor whose activation owns the timer.
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The activation (`Turn.activation_id`); refused like `SetTimerRequest.activation_id` when
+	// it is not live on this host.
+	ActivationId string `protobuf:"bytes,2,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// The timer's name.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTimerRequest) Reset() {
+	*x = CancelTimerRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTimerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTimerRequest) ProtoMessage() {}
+
+func (x *CancelTimerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTimerRequest.ProtoReflect.Descriptor instead.
+func (*CancelTimerRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CancelTimerRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *CancelTimerRequest) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *CancelTimerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// The timer is gone.
+type CancelTimerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a timer of that name existed (false: nothing to cancel, which is fine).
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTimerResponse) Reset() {
+	*x = CancelTimerResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTimerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTimerResponse) ProtoMessage() {}
+
+func (x *CancelTimerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTimerResponse.ProtoReflect.Descriptor instead.
+func (*CancelTimerResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CancelTimerResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
 // Sets a reminder.
 type SetReminderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +417,7 @@ type SetReminderRequest struct {
 
 func (x *SetReminderRequest) Reset() {
 	*x = SetReminderRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +429,7 @@ func (x *SetReminderRequest) String() string {
 func (*SetReminderRequest) ProtoMessage() {}
 
 func (x *SetReminderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +442,7 @@ func (x *SetReminderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReminderRequest.ProtoReflect.Descriptor instead.
 func (*SetReminderRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetReminderRequest) GetActor() *ActorRef {
@@ -272,7 +527,7 @@ type SetReminderResponse struct {
 
 func (x *SetReminderResponse) Reset() {
 	*x = SetReminderResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +539,7 @@ func (x *SetReminderResponse) String() string {
 func (*SetReminderResponse) ProtoMessage() {}
 
 func (x *SetReminderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +552,7 @@ func (x *SetReminderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReminderResponse.ProtoReflect.Descriptor instead.
 func (*SetReminderResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SetReminderResponse) GetDueUnixMs() int64 {
@@ -318,7 +573,7 @@ type DeleteReminderRequest struct {
 
 func (x *DeleteReminderRequest) Reset() {
 	*x = DeleteReminderRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +585,7 @@ func (x *DeleteReminderRequest) String() string {
 func (*DeleteReminderRequest) ProtoMessage() {}
 
 func (x *DeleteReminderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +598,7 @@ func (x *DeleteReminderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReminderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteReminderRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DeleteReminderRequest) GetActor() *ActorRef {
@@ -370,7 +625,7 @@ type DeleteReminderResponse struct {
 
 func (x *DeleteReminderResponse) Reset() {
 	*x = DeleteReminderResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +637,7 @@ func (x *DeleteReminderResponse) String() string {
 func (*DeleteReminderResponse) ProtoMessage() {}
 
 func (x *DeleteReminderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +650,7 @@ func (x *DeleteReminderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReminderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteReminderResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteReminderResponse) GetExisted() bool {
@@ -415,7 +670,7 @@ type ListRemindersRequest struct {
 
 func (x *ListRemindersRequest) Reset() {
 	*x = ListRemindersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +682,7 @@ func (x *ListRemindersRequest) String() string {
 func (*ListRemindersRequest) ProtoMessage() {}
 
 func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +695,7 @@ func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRemindersRequest.ProtoReflect.Descriptor instead.
 func (*ListRemindersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRemindersRequest) GetActor() *ActorRef {
@@ -460,7 +715,7 @@ type ListRemindersResponse struct {
 
 func (x *ListRemindersResponse) Reset() {
 	*x = ListRemindersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +727,7 @@ func (x *ListRemindersResponse) String() string {
 func (*ListRemindersResponse) ProtoMessage() {}
 
 func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +740,7 @@ func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRemindersResponse.ProtoReflect.Descriptor instead.
 func (*ListRemindersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
@@ -512,7 +767,7 @@ type ReminderInfo struct {
 
 func (x *ReminderInfo) Reset() {
 	*x = ReminderInfo{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +779,7 @@ func (x *ReminderInfo) String() string {
 func (*ReminderInfo) ProtoMessage() {}
 
 func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +792,7 @@ func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReminderInfo.ProtoReflect.Descriptor instead.
 func (*ReminderInfo) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReminderInfo) GetName() string {
@@ -594,7 +849,7 @@ type ReadStateRequest struct {
 
 func (x *ReadStateRequest) Reset() {
 	*x = ReadStateRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +861,7 @@ func (x *ReadStateRequest) String() string {
 func (*ReadStateRequest) ProtoMessage() {}
 
 func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +874,7 @@ func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadStateRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReadStateRequest) GetActor() *ActorRef {
@@ -668,7 +923,7 @@ type ReadStateResponse struct {
 
 func (x *ReadStateResponse) Reset() {
 	*x = ReadStateResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +935,7 @@ func (x *ReadStateResponse) String() string {
 func (*ReadStateResponse) ProtoMessage() {}
 
 func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +948,7 @@ func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadStateResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReadStateResponse) GetEntries() []*StateEntry {
@@ -716,7 +971,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +983,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +996,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StateEntry) GetKey() string {
@@ -780,7 +1035,7 @@ type StateWrite struct {
 
 func (x *StateWrite) Reset() {
 	*x = StateWrite{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1047,7 @@ func (x *StateWrite) String() string {
 func (*StateWrite) ProtoMessage() {}
 
 func (x *StateWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1060,7 @@ func (x *StateWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWrite.ProtoReflect.Descriptor instead.
 func (*StateWrite) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StateWrite) GetKey() string {
@@ -873,7 +1128,7 @@ type AppMessage struct {
 
 func (x *AppMessage) Reset() {
 	*x = AppMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1140,7 @@ func (x *AppMessage) String() string {
 func (*AppMessage) ProtoMessage() {}
 
 func (x *AppMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1153,7 @@ func (x *AppMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppMessage.ProtoReflect.Descriptor instead.
 func (*AppMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppMessage) GetMsg() isAppMessage_Msg {
@@ -972,7 +1227,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1239,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1252,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 // Registers the app's types with its sidecar.
@@ -1015,7 +1270,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1282,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1295,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Register) GetActors() []*ActorTypeSpec {
@@ -1081,7 +1336,7 @@ type ActorTypeSpec struct {
 
 func (x *ActorTypeSpec) Reset() {
 	*x = ActorTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1348,7 @@ func (x *ActorTypeSpec) String() string {
 func (*ActorTypeSpec) ProtoMessage() {}
 
 func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1361,7 @@ func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTypeSpec.ProtoReflect.Descriptor instead.
 func (*ActorTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ActorTypeSpec) GetName() string {
@@ -1152,7 +1407,7 @@ type WorkerTypeSpec struct {
 
 func (x *WorkerTypeSpec) Reset() {
 	*x = WorkerTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1419,7 @@ func (x *WorkerTypeSpec) String() string {
 func (*WorkerTypeSpec) ProtoMessage() {}
 
 func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1432,7 @@ func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerTypeSpec.ProtoReflect.Descriptor instead.
 func (*WorkerTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WorkerTypeSpec) GetName() string {
@@ -1216,7 +1471,7 @@ type SidecarMessage struct {
 
 func (x *SidecarMessage) Reset() {
 	*x = SidecarMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1483,7 @@ func (x *SidecarMessage) String() string {
 func (*SidecarMessage) ProtoMessage() {}
 
 func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1496,7 @@ func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
 func (*SidecarMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SidecarMessage) GetMsg() isSidecarMessage_Msg {
@@ -1319,7 +1574,7 @@ type FenceNotice struct {
 
 func (x *FenceNotice) Reset() {
 	*x = FenceNotice{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1586,7 @@ func (x *FenceNotice) String() string {
 func (*FenceNotice) ProtoMessage() {}
 
 func (x *FenceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1599,7 @@ func (x *FenceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
 func (*FenceNotice) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FenceNotice) GetReason() string {
@@ -1367,7 +1622,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1634,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1647,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Registered) GetHostId() string {
@@ -1457,6 +1712,7 @@ type Turn struct {
 	//	*Turn_Invoke
 	//	*Turn_Deactivate
 	//	*Turn_Reminder
+	//	*Turn_Timer
 	Kind          isTurn_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1464,7 +1720,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1732,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1745,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -1577,6 +1833,15 @@ func (x *Turn) GetReminder() *Reminder {
 	return nil
 }
 
+func (x *Turn) GetTimer() *TimerTick {
+	if x != nil {
+		if x, ok := x.Kind.(*Turn_Timer); ok {
+			return x.Timer
+		}
+	}
+	return nil
+}
+
 type isTurn_Kind interface {
 	isTurn_Kind()
 }
@@ -1601,6 +1866,11 @@ type Turn_Reminder struct {
 	Reminder *Reminder `protobuf:"bytes,10,opt,name=reminder,proto3,oneof"`
 }
 
+type Turn_Timer struct {
+	// A timer of this activation fired (`SetTimer`).
+	Timer *TimerTick `protobuf:"bytes,11,opt,name=timer,proto3,oneof"`
+}
+
 func (*Turn_Activate) isTurn_Kind() {}
 
 func (*Turn_Invoke) isTurn_Kind() {}
@@ -1608,6 +1878,108 @@ func (*Turn_Invoke) isTurn_Kind() {}
 func (*Turn_Deactivate) isTurn_Kind() {}
 
 func (*Turn_Reminder) isTurn_Kind() {}
+
+func (*Turn_Timer) isTurn_Kind() {}
+
+// A timer of this activation fired: a turn like an Invoke, with the same ordering (never
+// overlapping another turn of a non-reentrant activation), the same bound (`not_after_unix_ms`:
+// the host's default call timeout, capped by the lease) and the same output gate (its writes
+// commit with its result, and a stale epoch supersedes the activation).
+//
+// What the app must do: run its timer handler and answer the turn like an Invoke (`ok` with any
+// payload, which is discarded, or an error). Nobody waits for the answer: a failed or timed-out
+// tick is counted (Status counter `timerFailures`) and logged, never retried, and a periodic
+// timer goes on at its period. An app that does not handle timers answers INVALID.
+//
+// Ticks do not reset the activation's idle timeout: a periodic timer alone does not keep an
+// activation alive (Orleans grain timers behave the same), so forgotten timers cannot pin
+// activations, their memory and their directory entries on a host forever. An activation whose
+// only turns are ticks deactivates at its idle timeout (counted from its last other turn; no
+// tick starts once it has passed), and its timers go with it. Keep the activation busy with
+// calls, or use a reminder for work that must wake the actor.
+type TimerTick struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The timer's name (`SetTimerRequest.name`).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The payload it was set with.
+	Payload []byte `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Its period in milliseconds; 0 = one-shot (this is its only tick, and it is gone already:
+	// setting the name again from the handler sets a new timer).
+	PeriodMs uint64 `protobuf:"varint,3,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
+	// When this tick was due, in Unix milliseconds on the pod's wall clock; compare it with the
+	// time the handler runs to see how late the tick is (the activation was busy).
+	DueUnixMs int64 `protobuf:"varint,4,opt,name=due_unix_ms,json=dueUnixMs,proto3" json:"due_unix_ms,omitempty"`
+	// Ticks of this periodic timer skipped since the previous one because it was still queued or
+	// running when they were due (0 for one-shot timers and on time).
+	Skipped       uint64 `protobuf:"varint,5,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimerTick) Reset() {
+	*x = TimerTick{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimerTick) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimerTick) ProtoMessage() {}
+
+func (x *TimerTick) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
+func (*TimerTick) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *TimerTick) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimerTick) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *TimerTick) GetPeriodMs() uint64 {
+	if x != nil {
+		return x.PeriodMs
+	}
+	return 0
+}
+
+func (x *TimerTick) GetDueUnixMs() int64 {
+	if x != nil {
+		return x.DueUnixMs
+	}
+	return 0
+}
+
+func (x *TimerTick) GetSkipped() uint64 {
+	if x != nil {
+		return x.Skipped
+	}
+	return 0
+}
 
 // A due reminder, delivered as a turn of its actor: turn-based like any other turn, bounded by
 // the same not-after, and its state writes commit the same way. Delivery is at least once: a
@@ -1631,7 +2003,7 @@ type Reminder struct {
 
 func (x *Reminder) Reset() {
 	*x = Reminder{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +2015,7 @@ func (x *Reminder) String() string {
 func (*Reminder) ProtoMessage() {}
 
 func (x *Reminder) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +2028,7 @@ func (x *Reminder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reminder.ProtoReflect.Descriptor instead.
 func (*Reminder) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Reminder) GetName() string {
@@ -1703,7 +2075,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +2087,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +2100,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
 }
 
 // Invokes a method.
@@ -1744,7 +2116,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +2128,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +2141,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -1796,7 +2168,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2180,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2193,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -1853,7 +2225,7 @@ type TurnResult struct {
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2237,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2250,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -1954,7 +2326,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1966,7 +2338,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1979,7 +2351,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -2014,7 +2386,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2398,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2411,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -2081,7 +2453,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2465,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2478,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -2128,7 +2500,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2512,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2525,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -2184,7 +2556,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2196,7 +2568,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2209,7 +2581,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -2243,7 +2615,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2627,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2640,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -2314,7 +2686,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2698,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2711,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{31}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{36}
 }
 
 // Live activations of one type.
@@ -2353,7 +2725,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2737,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2750,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{32}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -2418,7 +2790,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2802,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2815,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{33}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -2499,7 +2871,22 @@ var File_sigx_actors_v1_app_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
-	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xd6\x01\n" +
+	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xc8\x01\n" +
+	"\x0fSetTimerRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
+	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x15\n" +
+	"\x06due_ms\x18\x04 \x01(\x04R\x05dueMs\x12\x1b\n" +
+	"\tperiod_ms\x18\x05 \x01(\x04R\bperiodMs\x12\x18\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\".\n" +
+	"\x10SetTimerResponse\x12\x1a\n" +
+	"\breplaced\x18\x01 \x01(\bR\breplaced\"}\n" +
+	"\x12CancelTimerRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
+	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"/\n" +
+	"\x13CancelTimerResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xd6\x01\n" +
 	"\x12SetReminderRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
@@ -2576,7 +2963,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xbc\x03\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xef\x03\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
@@ -2591,8 +2978,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"deactivate\x18\a \x01(\v2\x1a.sigx.actors.v1.DeactivateH\x00R\n" +
 	"deactivate\x126\n" +
 	"\breminder\x18\n" +
-	" \x01(\v2\x18.sigx.actors.v1.ReminderH\x00R\breminderB\x06\n" +
-	"\x04kind\"\x8f\x01\n" +
+	" \x01(\v2\x18.sigx.actors.v1.ReminderH\x00R\breminder\x121\n" +
+	"\x05timer\x18\v \x01(\v2\x19.sigx.actors.v1.TimerTickH\x00R\x05timerB\x06\n" +
+	"\x04kind\"\x90\x01\n" +
+	"\tTimerTick\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1b\n" +
+	"\tperiod_ms\x18\x03 \x01(\x04R\bperiodMs\x12\x1e\n" +
+	"\vdue_unix_ms\x18\x04 \x01(\x03R\tdueUnixMs\x12\x18\n" +
+	"\askipped\x18\x05 \x01(\x04R\askipped\"\x8f\x01\n" +
 	"\bReminder\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1e\n" +
@@ -2661,7 +3055,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
-	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xb7\x06\n" +
+	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xde\a\n" +
 	"\tActorHost\x12G\n" +
 	"\x05Serve\x12\x1a.sigx.actors.v1.AppMessage\x1a\x1e.sigx.actors.v1.SidecarMessage(\x010\x01\x12A\n" +
 	"\x04Call\x12\x1b.sigx.actors.v1.CallRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12J\n" +
@@ -2670,7 +3064,9 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"DispatchOn\x12!.sigx.actors.v1.DispatchOnRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12Q\n" +
 	"\fWatchMembers\x12\x1e.sigx.actors.v1.MembersRequest\x1a\x1f.sigx.actors.v1.MembersResponse0\x01\x12G\n" +
 	"\x06Status\x12\x1d.sigx.actors.v1.StatusRequest\x1a\x1e.sigx.actors.v1.StatusResponse\x12P\n" +
-	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponse\x12V\n" +
+	"\tReadState\x12 .sigx.actors.v1.ReadStateRequest\x1a!.sigx.actors.v1.ReadStateResponse\x12M\n" +
+	"\bSetTimer\x12\x1f.sigx.actors.v1.SetTimerRequest\x1a .sigx.actors.v1.SetTimerResponse\x12V\n" +
+	"\vCancelTimer\x12\".sigx.actors.v1.CancelTimerRequest\x1a#.sigx.actors.v1.CancelTimerResponse\x12V\n" +
 	"\vSetReminder\x12\".sigx.actors.v1.SetReminderRequest\x1a#.sigx.actors.v1.SetReminderResponse\x12_\n" +
 	"\x0eDeleteReminder\x12%.sigx.actors.v1.DeleteReminderRequest\x1a&.sigx.actors.v1.DeleteReminderResponse\x12\\\n" +
 	"\rListReminders\x12$.sigx.actors.v1.ListRemindersRequest\x1a%.sigx.actors.v1.ListRemindersResponseb\x06proto3"
@@ -2688,106 +3084,118 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(DeactivateReason)(0),          // 0: sigx.actors.v1.DeactivateReason
 	(MemberStatusFilter)(0),        // 1: sigx.actors.v1.MemberStatusFilter
-	(*SetReminderRequest)(nil),     // 2: sigx.actors.v1.SetReminderRequest
-	(*SetReminderResponse)(nil),    // 3: sigx.actors.v1.SetReminderResponse
-	(*DeleteReminderRequest)(nil),  // 4: sigx.actors.v1.DeleteReminderRequest
-	(*DeleteReminderResponse)(nil), // 5: sigx.actors.v1.DeleteReminderResponse
-	(*ListRemindersRequest)(nil),   // 6: sigx.actors.v1.ListRemindersRequest
-	(*ListRemindersResponse)(nil),  // 7: sigx.actors.v1.ListRemindersResponse
-	(*ReminderInfo)(nil),           // 8: sigx.actors.v1.ReminderInfo
-	(*ReadStateRequest)(nil),       // 9: sigx.actors.v1.ReadStateRequest
-	(*ReadStateResponse)(nil),      // 10: sigx.actors.v1.ReadStateResponse
-	(*StateEntry)(nil),             // 11: sigx.actors.v1.StateEntry
-	(*StateWrite)(nil),             // 12: sigx.actors.v1.StateWrite
-	(*AppMessage)(nil),             // 13: sigx.actors.v1.AppMessage
-	(*Drain)(nil),                  // 14: sigx.actors.v1.Drain
-	(*Register)(nil),               // 15: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),          // 16: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),         // 17: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),         // 18: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),            // 19: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),             // 20: sigx.actors.v1.Registered
-	(*Turn)(nil),                   // 21: sigx.actors.v1.Turn
-	(*Reminder)(nil),               // 22: sigx.actors.v1.Reminder
-	(*Activate)(nil),               // 23: sigx.actors.v1.Activate
-	(*Invoke)(nil),                 // 24: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),             // 25: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),             // 26: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),              // 27: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),            // 28: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),           // 29: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),         // 30: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),        // 31: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil),      // 32: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),          // 33: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),        // 34: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),         // 35: sigx.actors.v1.StatusResponse
-	nil,                            // 36: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),               // 37: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),                 // 38: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),         // 39: sigx.actors.v1.HostDescriptor
+	(*SetTimerRequest)(nil),        // 2: sigx.actors.v1.SetTimerRequest
+	(*SetTimerResponse)(nil),       // 3: sigx.actors.v1.SetTimerResponse
+	(*CancelTimerRequest)(nil),     // 4: sigx.actors.v1.CancelTimerRequest
+	(*CancelTimerResponse)(nil),    // 5: sigx.actors.v1.CancelTimerResponse
+	(*SetReminderRequest)(nil),     // 6: sigx.actors.v1.SetReminderRequest
+	(*SetReminderResponse)(nil),    // 7: sigx.actors.v1.SetReminderResponse
+	(*DeleteReminderRequest)(nil),  // 8: sigx.actors.v1.DeleteReminderRequest
+	(*DeleteReminderResponse)(nil), // 9: sigx.actors.v1.DeleteReminderResponse
+	(*ListRemindersRequest)(nil),   // 10: sigx.actors.v1.ListRemindersRequest
+	(*ListRemindersResponse)(nil),  // 11: sigx.actors.v1.ListRemindersResponse
+	(*ReminderInfo)(nil),           // 12: sigx.actors.v1.ReminderInfo
+	(*ReadStateRequest)(nil),       // 13: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),      // 14: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),             // 15: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),             // 16: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),             // 17: sigx.actors.v1.AppMessage
+	(*Drain)(nil),                  // 18: sigx.actors.v1.Drain
+	(*Register)(nil),               // 19: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),          // 20: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),         // 21: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),         // 22: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),            // 23: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),             // 24: sigx.actors.v1.Registered
+	(*Turn)(nil),                   // 25: sigx.actors.v1.Turn
+	(*TimerTick)(nil),              // 26: sigx.actors.v1.TimerTick
+	(*Reminder)(nil),               // 27: sigx.actors.v1.Reminder
+	(*Activate)(nil),               // 28: sigx.actors.v1.Activate
+	(*Invoke)(nil),                 // 29: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),             // 30: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),             // 31: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),              // 32: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),            // 33: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),           // 34: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),         // 35: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),        // 36: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil),      // 37: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),          // 38: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),        // 39: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),         // 40: sigx.actors.v1.StatusResponse
+	nil,                            // 41: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),               // 42: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),                 // 43: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),         // 44: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	37, // 0: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	37, // 1: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	37, // 2: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	8,  // 3: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
-	37, // 4: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	11, // 5: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	15, // 6: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	26, // 7: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	14, // 8: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	16, // 9: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	17, // 10: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	20, // 11: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	21, // 12: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	19, // 13: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	37, // 14: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	23, // 15: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	24, // 16: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	25, // 17: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	22, // 18: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
-	0,  // 19: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	27, // 20: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	12, // 21: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	38, // 22: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	37, // 23: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 24: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	39, // 25: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	37, // 26: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	39, // 27: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	34, // 28: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	36, // 29: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	31, // 30: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	13, // 31: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	28, // 32: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	30, // 33: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	32, // 34: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	30, // 35: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	33, // 36: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	9,  // 37: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	2,  // 38: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
-	4,  // 39: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
-	6,  // 40: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
-	18, // 41: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	29, // 42: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	31, // 43: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	29, // 44: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	31, // 45: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	35, // 46: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	10, // 47: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	3,  // 48: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
-	5,  // 49: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
-	7,  // 50: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
-	41, // [41:51] is the sub-list for method output_type
-	31, // [31:41] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	42, // 0: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	42, // 1: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	42, // 2: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	42, // 3: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	42, // 4: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	12, // 5: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	42, // 6: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	15, // 7: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	19, // 8: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	31, // 9: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	18, // 10: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	20, // 11: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	21, // 12: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	24, // 13: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	25, // 14: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	23, // 15: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	42, // 16: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	28, // 17: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	29, // 18: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	30, // 19: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	27, // 20: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	26, // 21: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	0,  // 22: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	32, // 23: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	16, // 24: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	43, // 25: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	42, // 26: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 27: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	44, // 28: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	42, // 29: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	44, // 30: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	39, // 31: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	41, // 32: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	36, // 33: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	17, // 34: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	33, // 35: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	35, // 36: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	37, // 37: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	35, // 38: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	38, // 39: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	13, // 40: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	2,  // 41: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	4,  // 42: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	6,  // 43: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	8,  // 44: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	10, // 45: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	22, // 46: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	34, // 47: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	36, // 48: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	34, // 49: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	36, // 50: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	40, // 51: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	14, // 52: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	3,  // 53: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	5,  // 54: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	7,  // 55: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	9,  // 56: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	11, // 57: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	46, // [46:58] is the sub-list for method output_type
+	34, // [34:46] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -2797,31 +3205,32 @@ func file_sigx_actors_v1_app_proto_init() {
 	}
 	file_sigx_actors_v1_errors_proto_init()
 	file_sigx_actors_v1_types_proto_init()
-	file_sigx_actors_v1_app_proto_msgTypes[0].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[4].OneofWrappers = []any{
 		(*SetReminderRequest_DueUnixMs)(nil),
 		(*SetReminderRequest_DueInMs)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[10].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[14].OneofWrappers = []any{
 		(*StateWrite_Put)(nil),
 		(*StateWrite_Delete)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[11].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[15].OneofWrappers = []any{
 		(*AppMessage_Register)(nil),
 		(*AppMessage_Result)(nil),
 		(*AppMessage_Drain)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[16].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[20].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
 		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[19].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[23].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
 		(*Turn_Reminder)(nil),
+		(*Turn_Timer)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[24].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[29].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -2831,7 +3240,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

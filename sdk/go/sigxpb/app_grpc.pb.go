@@ -32,6 +32,8 @@ const (
 	ActorHost_WatchMembers_FullMethodName   = "/sigx.actors.v1.ActorHost/WatchMembers"
 	ActorHost_Status_FullMethodName         = "/sigx.actors.v1.ActorHost/Status"
 	ActorHost_ReadState_FullMethodName      = "/sigx.actors.v1.ActorHost/ReadState"
+	ActorHost_SetTimer_FullMethodName       = "/sigx.actors.v1.ActorHost/SetTimer"
+	ActorHost_CancelTimer_FullMethodName    = "/sigx.actors.v1.ActorHost/CancelTimer"
 	ActorHost_SetReminder_FullMethodName    = "/sigx.actors.v1.ActorHost/SetReminder"
 	ActorHost_DeleteReminder_FullMethodName = "/sigx.actors.v1.ActorHost/DeleteReminder"
 	ActorHost_ListReminders_FullMethodName  = "/sigx.actors.v1.ActorHost/ListReminders"
@@ -67,6 +69,16 @@ type ActorHostClient interface {
 	// must be live on this host and its epoch still current (else STALE_EPOCH, and the activation
 	// is dropped). Writes do not go through here: they travel with the turn's result.
 	ReadState(ctx context.Context, in *ReadStateRequest, opts ...grpc.CallOption) (*ReadStateResponse, error)
+	// Sets (or replaces, by name) an in-memory timer of a live activation on this host: it fires
+	// as `TimerTick` turns of that activation (see `TimerTick`) until it is cancelled, it was
+	// one-shot and fired, or the activation ends. Nothing about it is durable: a timer never
+	// outlives its activation, never activates an actor, and is lost with its host. Durable
+	// wake-ups are reminders. Errors: INVALID naming what was wrong (the activation is not live
+	// on this host, the activation's timer bound, a name, time or payload limit).
+	SetTimer(ctx context.Context, in *SetTimerRequest, opts ...grpc.CallOption) (*SetTimerResponse, error)
+	// Cancels a timer of a live activation on this host by name. Once it returns, no tick of that
+	// timer starts (a tick already running finishes). Cancelling an unknown name is not an error.
+	CancelTimer(ctx context.Context, in *CancelTimerRequest, opts ...grpc.CallOption) (*CancelTimerResponse, error)
 	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
 	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
 	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
@@ -168,6 +180,26 @@ func (c *actorHostClient) ReadState(ctx context.Context, in *ReadStateRequest, o
 	return out, nil
 }
 
+func (c *actorHostClient) SetTimer(ctx context.Context, in *SetTimerRequest, opts ...grpc.CallOption) (*SetTimerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetTimerResponse)
+	err := c.cc.Invoke(ctx, ActorHost_SetTimer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *actorHostClient) CancelTimer(ctx context.Context, in *CancelTimerRequest, opts ...grpc.CallOption) (*CancelTimerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTimerResponse)
+	err := c.cc.Invoke(ctx, ActorHost_CancelTimer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *actorHostClient) SetReminder(ctx context.Context, in *SetReminderRequest, opts ...grpc.CallOption) (*SetReminderResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetReminderResponse)
@@ -228,6 +260,16 @@ type ActorHostServer interface {
 	// must be live on this host and its epoch still current (else STALE_EPOCH, and the activation
 	// is dropped). Writes do not go through here: they travel with the turn's result.
 	ReadState(context.Context, *ReadStateRequest) (*ReadStateResponse, error)
+	// Sets (or replaces, by name) an in-memory timer of a live activation on this host: it fires
+	// as `TimerTick` turns of that activation (see `TimerTick`) until it is cancelled, it was
+	// one-shot and fired, or the activation ends. Nothing about it is durable: a timer never
+	// outlives its activation, never activates an actor, and is lost with its host. Durable
+	// wake-ups are reminders. Errors: INVALID naming what was wrong (the activation is not live
+	// on this host, the activation's timer bound, a name, time or payload limit).
+	SetTimer(context.Context, *SetTimerRequest) (*SetTimerResponse, error)
+	// Cancels a timer of a live activation on this host by name. Once it returns, no tick of that
+	// timer starts (a tick already running finishes). Cancelling an unknown name is not an error.
+	CancelTimer(context.Context, *CancelTimerRequest) (*CancelTimerResponse, error)
 	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
 	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
 	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
@@ -267,6 +309,12 @@ func (UnimplementedActorHostServer) Status(context.Context, *StatusRequest) (*St
 }
 func (UnimplementedActorHostServer) ReadState(context.Context, *ReadStateRequest) (*ReadStateResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ReadState not implemented")
+}
+func (UnimplementedActorHostServer) SetTimer(context.Context, *SetTimerRequest) (*SetTimerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetTimer not implemented")
+}
+func (UnimplementedActorHostServer) CancelTimer(context.Context, *CancelTimerRequest) (*CancelTimerResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CancelTimer not implemented")
 }
 func (UnimplementedActorHostServer) SetReminder(context.Context, *SetReminderRequest) (*SetReminderResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetReminder not implemented")
@@ -406,6 +454,42 @@ func _ActorHost_ReadState_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActorHost_SetTimer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetTimerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).SetTimer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_SetTimer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).SetTimer(ctx, req.(*SetTimerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActorHost_CancelTimer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTimerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).CancelTimer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_CancelTimer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).CancelTimer(ctx, req.(*CancelTimerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ActorHost_SetReminder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetReminderRequest)
 	if err := dec(in); err != nil {
@@ -486,6 +570,14 @@ var ActorHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReadState",
 			Handler:    _ActorHost_ReadState_Handler,
+		},
+		{
+			MethodName: "SetTimer",
+			Handler:    _ActorHost_SetTimer_Handler,
+		},
+		{
+			MethodName: "CancelTimer",
+			Handler:    _ActorHost_CancelTimer_Handler,
 		},
 		{
 			MethodName: "SetReminder",

@@ -374,4 +374,27 @@ impl ActorHost for AppService {
                 .collect(),
         }))
     }
+
+    async fn set_timer(
+        &self,
+        request: Request<v1::SetTimerRequest>,
+    ) -> Result<Response<v1::SetTimerResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        let spec = crate::runtime::TimerSpec::from_proto(&req, self.max_payload())?;
+        let replaced = self.runtime.set_timer(&actor, &req.activation_id, spec)?;
+        Ok(Response::new(v1::SetTimerResponse { replaced }))
+    }
+
+    async fn cancel_timer(
+        &self,
+        request: Request<v1::CancelTimerRequest>,
+    ) -> Result<Response<v1::CancelTimerResponse>, Status> {
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        let existed = self
+            .runtime
+            .cancel_timer(&actor, &req.activation_id, &req.name)?;
+        Ok(Response::new(v1::CancelTimerResponse { existed }))
+    }
 }

@@ -268,6 +268,7 @@ impl Host {
                 declared_types: cfg.declared_types.clone(),
                 clock: opts.clock.clone(),
                 state: state_store,
+                call_timeout: cfg.call_timeout,
             },
             gate,
         );

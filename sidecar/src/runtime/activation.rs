@@ -1,7 +1,7 @@
 //! One activation: from its Activate turn to its Deactivate turn, with its turns one at a time
 //! (or concurrently, for a reentrant type).
 //!
-//! A turn runs in its caller's own task, admitted by the activation's turn semaphore (one permit,
+//! A turn runs in its caller's own task (turn.rs), admitted by the activation's turn semaphore (one permit,
 //! or many for a reentrant type; tokio's semaphore is fair, so calls run in arrival order). The
 //! activation's task runs only the lifecycle: the claim and the Activate turn, the idle timer,
 //! the app going away, the stop and the Deactivate turn. A turn therefore costs no hand-off to
@@ -9,53 +9,70 @@
 //! path of every call, that is two thread switches fewer than a mailbox task in between.
 
 use super::registry::ActorType;
-use super::session::{AppSession, TurnAnswer, TurnKind, TurnOf, TurnOutcome};
+use super::session::{AppSession, TurnAnswer, TurnKind, TurnOf};
+use super::timers::Timers;
+pub(crate) use super::turn::Caller;
 use super::{ActorId, InFlight, Lifecycle, Runtime};
-use bytes::Bytes;
-use sigx_proto::{ActorError, ErrorKind, v1};
-use std::pin::Pin;
+use sigx_proto::{ActorError, v1};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
+use tokio::sync::{Semaphore, oneshot, watch};
 use tokio::time::Instant;
 
 /// Turns a reentrant activation may run at once: its semaphore's permits.
 const REENTRANT_TURNS: u32 = 1 << 16;
+/// How soon an idle activation that was busy at its idle check looks again.
+const IDLE_RECHECK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What callers and the activation's task share.
 pub(crate) struct Shared {
     /// Admits turns. Holds no permit until the Activate turn succeeded; closed once the
     /// activation takes no more turns.
-    turns: Arc<Semaphore>,
+    pub(super) turns: Arc<Semaphore>,
     /// Permits of `turns` when no turn runs.
     permits: u32,
     /// Callers between the table look-up (where this is counted, under the table lock) and
     /// their permit: the idle check leaves the table only when there are none.
-    waiting: AtomicUsize,
+    pub(super) waiting: AtomicUsize,
     /// When the last turn ended (its answer, or its late answer after the caller's deadline).
-    last_turn_end: Mutex<Instant>,
+    /// Timer ticks do not move it: they keep no activation alive.
+    pub(super) last_turn_end: Mutex<Instant>,
+    /// The type's idle timeout.
+    idle_timeout: std::time::Duration,
     /// Set when the activation stops taking turns: what callers admitted afterwards answer.
     ended: Mutex<Option<ActorError>>,
     /// The app session the activation lives in.
-    app: Arc<AppSession>,
+    pub(super) app: Arc<AppSession>,
     /// The epoch taken from the state store before the Activate turn (0 until then).
     epoch: AtomicU64,
     /// Set when the state store refused the activation (or failed a commit): it takes no more
     /// turns and ends with a SUPERSEDED Deactivate whose writes are discarded.
     superseded: watch::Sender<bool>,
+    /// The activation's timers: closed (every timer cancelled) when the activation ends.
+    pub(crate) timers: Timers,
 }
 
 impl Shared {
-    fn ended(&self) -> Option<ActorError> {
+    pub(crate) fn ended(&self) -> Option<ActorError> {
         self.ended.lock().expect("activation lock").clone()
     }
 
     /// Ends the activation for callers: those waiting and those still to come answer `err`.
+    /// Its timers go with it: no tick starts once the activation ends, so none follows (or
+    /// overtakes) the Deactivate turn.
     fn end(&self, err: ActorError) {
         self.ended
             .lock()
             .expect("activation lock")
             .get_or_insert(err);
+        self.timers.close();
+    }
+
+    /// Whether the activation has been idle for its idle timeout (it is about to deactivate, as
+    /// soon as no turn runs): timer ticks are not started then, so that a busy timer cannot
+    /// keep finding the activation busy at its idle check.
+    pub(crate) fn idle_due(&self) -> bool {
+        *self.last_turn_end.lock().expect("activation lock") + self.idle_timeout <= Instant::now()
     }
 
     /// The activation's epoch.
@@ -70,7 +87,7 @@ impl Shared {
         self.superseded.send_replace(true);
     }
 
-    fn closed_error(&self, actor: &ActorId) -> ActorError {
+    pub(super) fn closed_error(&self, actor: &ActorId) -> ActorError {
         self.ended().unwrap_or_else(|| {
             // The actor is moving (deactivated here, about to be released): a handoff, so
             // the routing loop waits a moment within the deadline rather than spending a retry.
@@ -107,10 +124,12 @@ impl Activation {
             permits: if ty.reentrant { REENTRANT_TURNS } else { 1 },
             waiting: AtomicUsize::new(0),
             last_turn_end: Mutex::new(Instant::now()),
+            idle_timeout: ty.idle_timeout,
             ended: Mutex::new(None),
             app,
             epoch: AtomicU64::new(0),
             superseded: watch::channel(false).0,
+            timers: Timers::default(),
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
@@ -139,11 +158,7 @@ impl Activation {
     /// Counts a caller that found this entry in the table; call under the table lock.
     pub(crate) fn enter(&self) -> Caller {
         self.shared.waiting.fetch_add(1, Ordering::SeqCst);
-        Caller {
-            shared: self.shared.clone(),
-            activation_id: self.activation_id.clone(),
-            waiting: true,
-        }
+        Caller::new(self.shared.clone(), self.activation_id.clone())
     }
 
     /// Asks the activation to deactivate (shutdown) and resolves once it has.
@@ -155,213 +170,6 @@ impl Activation {
         async move {
             let _ = done_rx.await;
         }
-    }
-}
-
-/// A caller of one activation, counted as waiting until it is admitted or gives up.
-pub(crate) struct Caller {
-    shared: Arc<Shared>,
-    activation_id: Arc<str>,
-    waiting: bool,
-}
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        self.admitted();
-    }
-}
-
-impl Caller {
-    fn admitted(&mut self) {
-        if std::mem::take(&mut self.waiting) {
-            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-
-    /// Runs one call's turn in the caller's task, once the activation admits it. The caller
-    /// is answered at its deadline at the latest; the turn's late answer is still awaited (by
-    /// a task of its own) before the next turn is admitted, so turns never overlap in the app.
-    pub(crate) async fn call(
-        mut self,
-        rt: &Runtime,
-        actor: &ActorId,
-        method: &str,
-        payload: Bytes,
-        deadline: Instant,
-    ) -> Result<Bytes, ActorError> {
-        let shared = self.shared.clone();
-        let waited = tokio::time::timeout_at(deadline, shared.turns.clone().acquire_owned()).await;
-        self.admitted();
-        let permit = match waited {
-            Ok(Ok(permit)) => permit,
-            Ok(Err(_closed)) => return Err(shared.closed_error(actor)),
-            Err(_) => {
-                rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                return Err(ActorError::timeout(format!(
-                    "call {actor}.{method} waited past its deadline for its turn; it never ran"
-                )));
-            }
-        };
-        if let Some(ended) = shared.ended() {
-            return Err(ended);
-        }
-        // Fencing is checked at every turn dispatch (DESIGN.md §3), and the lease bounds how
-        // long the app may run the turn (§8).
-        let not_after = rt.lease_not_after(deadline)?;
-        rt.inner.counters.turns.fetch_add(1, Ordering::Relaxed);
-        let now = Instant::now();
-        let epoch = shared.epoch();
-        let turn = shared.app.start_turn(
-            actor,
-            TurnOf {
-                activation_id: &self.activation_id,
-                epoch,
-            },
-            TurnKind::of_call(method, payload),
-            deadline,
-            now,
-            not_after,
-        );
-        let mut running = RunningTurn {
-            turn: Some(Box::pin(turn)),
-            permit: Some(permit),
-            in_flight: Some(InFlight::new(rt)),
-            shared: shared.clone(),
-            rt: rt.clone(),
-            actor: actor.clone(),
-            method: method.to_string(),
-            epoch,
-            slow_at: now + rt.inner.cfg.slow_turn,
-        };
-        let outcome = {
-            let turn = running.turn.as_mut().expect("turn");
-            tokio::select! {
-                biased;
-                outcome = turn => Some(outcome),
-                _ = tokio::time::sleep_until(deadline) => None,
-                _ = tokio::time::sleep_until(running.slow_at) => {
-                    running.warn_slow();
-                    tokio::select! {
-                        biased;
-                        outcome = running.turn.as_mut().expect("turn") => Some(outcome),
-                        _ = tokio::time::sleep_until(deadline) => None,
-                    }
-                }
-            }
-        };
-        match outcome {
-            Some(answer) => {
-                // The output gate: the writes are durable before the answer goes out, and
-                // before the next turn is admitted (this one still holds the permit).
-                let outcome = gate(rt, &shared, actor, epoch, answer).await;
-                running.finished(&outcome);
-                rt.settle(outcome)
-            }
-            None => {
-                // `running` is dropped here: its late answer is awaited by a task of its own.
-                rt.inner.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                Err(ActorError::timeout(format!(
-                    "call {actor}.{method} passed its deadline; a late result is discarded"
-                )))
-            }
-        }
-    }
-}
-
-/// A turn sent to the app and its admission. Dropped before its answer (the caller's deadline
-/// passed, or the caller itself was dropped), it hands the turn to a task of its own that
-/// awaits the answer and only then lets the next turn in.
-struct RunningTurn {
-    turn: Option<Pin<Box<dyn std::future::Future<Output = TurnAnswer> + Send>>>,
-    permit: Option<OwnedSemaphorePermit>,
-    in_flight: Option<InFlight>,
-    shared: Arc<Shared>,
-    rt: Runtime,
-    actor: ActorId,
-    method: String,
-    epoch: u64,
-    slow_at: Instant,
-}
-
-/// Commits a turn's writes (the output gate); a refusal supersedes the activation.
-async fn gate(
-    rt: &Runtime,
-    shared: &Shared,
-    actor: &ActorId,
-    epoch: u64,
-    answer: TurnAnswer,
-) -> TurnOutcome {
-    let gated = rt.commit_answer(actor, epoch, answer).await;
-    if gated.supersede
-        && let Err(e) = &gated.outcome
-    {
-        shared.supersede(e.clone());
-    }
-    gated.outcome
-}
-
-impl RunningTurn {
-    fn warn_slow(&self) {
-        let rt = &self.rt;
-        rt.inner.counters.slow_turns.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(actor = %self.actor, method = %self.method,
-            after_ms = rt.inner.cfg.slow_turn.as_millis() as u64,
-            "slow turn: it holds its activation; chunk long work or move it off the turn");
-    }
-
-    /// The turn answered: count it and admit the next.
-    fn finished(&mut self, outcome: &TurnOutcome) {
-        self.turn = None;
-        if let Err(e) = outcome
-            && e.kind == ErrorKind::App
-        {
-            self.rt
-                .inner
-                .counters
-                .app_errors
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        *self.shared.last_turn_end.lock().expect("activation lock") = Instant::now();
-        self.in_flight = None;
-        self.permit = None;
-    }
-}
-
-impl Drop for RunningTurn {
-    fn drop(&mut self) {
-        let Some(mut turn) = self.turn.take() else {
-            return;
-        };
-        let mut rest = RunningTurn {
-            turn: None,
-            permit: self.permit.take(),
-            in_flight: self.in_flight.take(),
-            shared: self.shared.clone(),
-            rt: self.rt.clone(),
-            actor: self.actor.clone(),
-            method: std::mem::take(&mut self.method),
-            epoch: self.epoch,
-            slow_at: self.slow_at,
-        };
-        // Outside a runtime (the process is going down) there is nothing left to wait for.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            let answer = tokio::select! {
-                biased;
-                answer = &mut turn => answer,
-                _ = tokio::time::sleep_until(rest.slow_at) => {
-                    rest.warn_slow();
-                    turn.await
-                }
-            };
-            // The caller gave up, but the turn ran: its writes are committed like any other
-            // turn's (the caller was told the outcome is unknown, which stays true).
-            let (rt, shared, actor) = (rest.rt.clone(), rest.shared.clone(), rest.actor.clone());
-            let outcome = gate(&rt, &shared, &actor, rest.epoch, answer).await;
-            rest.finished(&outcome);
-        });
     }
 }
 
@@ -602,12 +410,15 @@ async fn run(
                     }
                     break v1::DeactivateReason::Idle;
                 }
-                // A turn ended since, or one runs or a caller waits: look again one idle
-                // period after the last turn ended (from now, while one is still running).
+                // A turn ended since: look again one idle period after it ended. One runs or a
+                // caller waits: look again soon. A timer tick that ends does not move
+                // `last_turn_end`, and no tick starts while the activation is idle-due (see
+                // `Shared::idle_due`), so a running tick delays the deactivation by about this
+                // much, not by a whole idle period.
                 idle_at = if idle_since + ty.idle_timeout > now {
                     idle_since + ty.idle_timeout
                 } else {
-                    now + ty.idle_timeout
+                    now + ty.idle_timeout.min(IDLE_RECHECK)
                 };
             }
         }

@@ -353,4 +353,67 @@ mod tests {
             .expect("settled once the turn answered")
             .unwrap();
     }
+
+    /// A timer tick is a turn like a call's: its not-after is the earlier of the host's call
+    /// timeout and the lease, it carries the activation's id and epoch, and a fenced host sends
+    /// no tick at all.
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_tick_is_bounded_by_the_call_timeout_and_the_lease_and_a_fenced_host_sends_none()
+     {
+        let mut f = fixture();
+        let lease_end = f.clock.wall() + Duration::from_secs(5);
+        *f.lease.until.lock().unwrap() = Some(lease_end);
+        let call = invoke(&f, Instant::now() + Duration::from_secs(10));
+        let activate = next_turn(&mut f.rx).await;
+        answer(&f.app, &activate);
+        let turn = next_turn(&mut f.rx).await;
+        answer(&f.app, &turn);
+        call.await.unwrap().unwrap();
+
+        let actor = ActorId::new("Counter", "a");
+        let spec = crate::runtime::TimerSpec {
+            name: "t".into(),
+            due: Duration::from_secs(1),
+            period: Some(Duration::from_secs(1)),
+            payload: Bytes::from_static(b"p"),
+        };
+        assert!(!f.rt.set_timer(&actor, &turn.activation_id, spec).unwrap());
+        // The lease ends before the call timeout (30 s by default): it bounds the tick.
+        let tick = next_turn(&mut f.rx).await;
+        let Some(v1::turn::Kind::Timer(t)) = &tick.kind else {
+            panic!("expected a timer tick, got {tick:?}");
+        };
+        assert_eq!(
+            (t.name.as_str(), &t.payload[..], t.period_ms),
+            ("t", &b"p"[..], 1_000)
+        );
+        assert_eq!(tick.not_after_unix_ms, ms(lease_end));
+        assert_eq!(tick.timeout_ms, 30_000);
+        assert_eq!(
+            (tick.activation_id.as_str(), tick.epoch),
+            (turn.activation_id.as_str(), turn.epoch)
+        );
+        answer(&f.app, &tick);
+        // The lease renewed far ahead: the call timeout bounds it.
+        *f.lease.until.lock().unwrap() = Some(f.clock.wall() + Duration::from_secs(600));
+        let tick = next_turn(&mut f.rx).await;
+        assert_eq!(tick.not_after_unix_ms, ms(f.clock.wall()) + 30_000);
+        answer(&f.app, &tick);
+        let ticks = f.rt.counters().snapshot()["timerTicks"];
+        assert_eq!(ticks, 2);
+
+        // Fenced: the fence notice, and no tick after it.
+        *f.lease.fenced.lock().unwrap() = true;
+        f.rt.fence("test");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let mut sent = Vec::new();
+        while let Ok(m) = f.rx.try_recv() {
+            sent.push(m.unwrap().msg);
+        }
+        assert!(
+            matches!(&sent[..], [Some(v1::sidecar_message::Msg::Fenced(_))]),
+            "{sent:?}"
+        );
+        assert_eq!(f.rt.counters().snapshot()["timerTicks"], ticks);
+    }
 }

@@ -11,10 +11,13 @@ mod lease;
 mod output;
 pub mod registry;
 pub mod session;
+mod timers;
+mod turn;
 
 pub use gate::{ActivationGate, OpenGate};
 pub use registry::{RegistrationError, Registry};
 pub use session::{AppSession, Outstanding, TurnAnswer, TurnKind, TurnOf, TurnOutcome};
+pub use timers::{MAX_TIMER_DELAY, MAX_TIMER_NAME_BYTES, MAX_TIMERS_PER_ACTIVATION, TimerSpec};
 
 use activation::Activation;
 use bytes::Bytes;
@@ -86,6 +89,9 @@ pub struct RuntimeConfig {
     pub clock: crate::clock::SharedClock,
     /// The durable state store: epochs and every activation's state.
     pub state: crate::state::SharedStateStore,
+    /// The host's default call timeout (SIGX_CALL_TIMEOUT_MS): the deadline of a timer tick,
+    /// which no caller's deadline bounds.
+    pub call_timeout: Duration,
 }
 
 impl fmt::Debug for RuntimeConfig {
@@ -111,6 +117,7 @@ impl Default for RuntimeConfig {
             declared_types: None,
             clock: crate::clock::system(),
             state: Arc::new(crate::state::memory::MemoryStateStore::new()),
+            call_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -134,6 +141,15 @@ pub struct RuntimeCounters {
     pub stale_epochs: AtomicU64,
     /// Commits the store failed (each supersedes an activation).
     pub state_failures: AtomicU64,
+    /// Timers set (or replaced) through SetTimer.
+    pub timers_set: AtomicU64,
+    /// Timer ticks handed to the app.
+    pub timer_ticks: AtomicU64,
+    /// Ticks that failed (an app error, a timeout, a refused commit) or could not run in time
+    /// (the activation stayed busy past the tick's deadline): counted and logged, not retried.
+    pub timer_failures: AtomicU64,
+    /// Ticks of periodic timers skipped because the previous tick was still queued or running.
+    pub timer_ticks_skipped: AtomicU64,
     /// The reminder owner's counters (set through this host, delivered by it).
     pub reminders: Arc<crate::reminders::ReminderCounters>,
 }
@@ -157,6 +173,13 @@ impl RuntimeCounters {
             ("stateCommits".to_string(), g(&self.state_commits)),
             ("staleEpochs".to_string(), g(&self.stale_epochs)),
             ("stateFailures".to_string(), g(&self.state_failures)),
+            ("timersSet".to_string(), g(&self.timers_set)),
+            ("timerTicks".to_string(), g(&self.timer_ticks)),
+            ("timerFailures".to_string(), g(&self.timer_failures)),
+            (
+                "timerTicksSkipped".to_string(),
+                g(&self.timer_ticks_skipped),
+            ),
         ])
         .into_iter()
         .chain(self.reminders.snapshot())

@@ -72,6 +72,8 @@ pub enum TurnKind {
         payload: Bytes,
     },
     Deactivate(v1::DeactivateReason),
+    /// A timer of the activation fired.
+    Timer(v1::TimerTick),
     /// A due reminder (`$reminder` deliveries).
     Reminder(v1::Reminder),
 }
@@ -321,6 +323,7 @@ impl AppSession {
             TurnKind::Deactivate(reason) => v1::turn::Kind::Deactivate(v1::Deactivate {
                 reason: reason as i32,
             }),
+            TurnKind::Timer(tick) => v1::turn::Kind::Timer(tick),
             TurnKind::Reminder(reminder) => v1::turn::Kind::Reminder(reminder),
         };
         let msg = v1::SidecarMessage {

@@ -60,6 +60,8 @@ pub struct Event {
     pub actor: String,
     pub activation_id: String,
     pub what: String,
+    /// The turn's payload (an Invoke's or a timer tick's; empty for lifecycle turns).
+    pub payload: Bytes,
     pub start: Instant,
     pub end: Instant,
 }
@@ -153,6 +155,7 @@ impl TestApp {
                     let start = Instant::now();
                     let actor = turn.actor.clone().unwrap();
                     let actor = format!("{}/{}", actor.actor_type, actor.key);
+                    let mut payload = Bytes::new();
                     let (what, outcome) = match turn.kind.clone().unwrap() {
                         v1::turn::Kind::Activate(_) => (
                             "activate".to_string(),
@@ -163,6 +166,7 @@ impl TestApp {
                             lifecycle_turn(behaviour.get(DEACTIVATE)).await,
                         ),
                         v1::turn::Kind::Invoke(inv) => {
+                            payload = inv.payload.clone();
                             let b = behaviour
                                 .get(&inv.method)
                                 .cloned()
@@ -179,6 +183,21 @@ impl TestApp {
                                 }
                             };
                             (inv.method, outcome)
+                        }
+                        // A tick of timer NAME behaves as the method "timer:NAME" says.
+                        v1::turn::Kind::Timer(tick) => {
+                            let what = format!("timer:{}", tick.name);
+                            payload = tick.payload.clone();
+                            let outcome = match behaviour.get(&what).cloned() {
+                                None => Ok(Bytes::new()),
+                                Some(Behaviour::SleepEcho(d)) => {
+                                    tokio::time::sleep(d).await;
+                                    Ok(Bytes::new())
+                                }
+                                Some(Behaviour::Fail(m)) => Err(m),
+                                Some(Behaviour::Hang) => futures::future::pending().await,
+                            };
+                            (what, outcome)
                         }
                         // Recorded as `reminder:<name>:<due_unix_ms>:<attempt>`; behaviour
                         // by `reminder:<name>`.
@@ -205,6 +224,7 @@ impl TestApp {
                         actor,
                         activation_id: turn.activation_id.clone(),
                         what,
+                        payload,
                         start,
                         end: Instant::now(),
                     });

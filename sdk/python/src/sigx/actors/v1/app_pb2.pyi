@@ -27,6 +27,44 @@ DEACTIVATE_REASON_SUPERSEDED: DeactivateReason
 MEMBER_STATUS_FILTER_ACTIVE: MemberStatusFilter
 MEMBER_STATUS_FILTER_ANY: MemberStatusFilter
 
+class SetTimerRequest(_message.Message):
+    __slots__ = ("actor", "activation_id", "name", "due_ms", "period_ms", "payload")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    activation_id: str
+    name: str
+    due_ms: int
+    period_ms: int
+    payload: bytes
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., name: _Optional[str] = ..., due_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class SetTimerResponse(_message.Message):
+    __slots__ = ("replaced",)
+    REPLACED_FIELD_NUMBER: _ClassVar[int]
+    replaced: bool
+    def __init__(self, replaced: _Optional[bool] = ...) -> None: ...
+
+class CancelTimerRequest(_message.Message):
+    __slots__ = ("actor", "activation_id", "name")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    activation_id: str
+    name: str
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CancelTimerResponse(_message.Message):
+    __slots__ = ("existed",)
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    existed: bool
+    def __init__(self, existed: _Optional[bool] = ...) -> None: ...
+
 class SetReminderRequest(_message.Message):
     __slots__ = ("actor", "name", "due_unix_ms", "due_in_ms", "period_ms", "payload")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
@@ -200,7 +238,7 @@ class Registered(_message.Message):
     def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate", "reminder")
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate", "reminder", "timer")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +249,7 @@ class Turn(_message.Message):
     INVOKE_FIELD_NUMBER: _ClassVar[int]
     DEACTIVATE_FIELD_NUMBER: _ClassVar[int]
     REMINDER_FIELD_NUMBER: _ClassVar[int]
+    TIMER_FIELD_NUMBER: _ClassVar[int]
     turn_id: int
     actor: _types_pb2.ActorRef
     activation_id: str
@@ -221,7 +260,22 @@ class Turn(_message.Message):
     invoke: Invoke
     deactivate: Deactivate
     reminder: Reminder
-    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ...) -> None: ...
+    timer: TimerTick
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
+
+class TimerTick(_message.Message):
+    __slots__ = ("name", "payload", "period_ms", "due_unix_ms", "skipped")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    payload: bytes
+    period_ms: int
+    due_unix_ms: int
+    skipped: int
+    def __init__(self, name: _Optional[str] = ..., payload: _Optional[bytes] = ..., period_ms: _Optional[int] = ..., due_unix_ms: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
 
 class Reminder(_message.Message):
     __slots__ = ("name", "payload", "due_unix_ms", "period_ms", "attempt")

@@ -69,6 +69,16 @@ class ActorHostStub:
                 request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.SerializeToString,
                 response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.FromString,
                 _registered_method=True)
+        self.SetTimer = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/SetTimer',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerResponse.FromString,
+                _registered_method=True)
+        self.CancelTimer = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/CancelTimer',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.FromString,
+                _registered_method=True)
         self.SetReminder = channel.unary_unary(
                 '/sigx.actors.v1.ActorHost/SetReminder',
                 request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetReminderRequest.SerializeToString,
@@ -150,6 +160,26 @@ class ActorHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTimer(self, request, context):
+        """Sets (or replaces, by name) an in-memory timer of a live activation on this host: it fires
+        as `TimerTick` turns of that activation (see `TimerTick`) until it is cancelled, it was
+        one-shot and fired, or the activation ends. Nothing about it is durable: a timer never
+        outlives its activation, never activates an actor, and is lost with its host. Durable
+        wake-ups are reminders. Errors: INVALID naming what was wrong (the activation is not live
+        on this host, the activation's timer bound, a name, time or payload limit).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTimer(self, request, context):
+        """Cancels a timer of a live activation on this host by name. Once it returns, no tick of that
+        timer starts (a tick already running finishes). Cancelling an unknown name is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SetReminder(self, request, context):
         """Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
         `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
@@ -211,6 +241,16 @@ def add_ActorHostServicer_to_server(servicer, server):
                     servicer.ReadState,
                     request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.FromString,
                     response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.SerializeToString,
+            ),
+            'SetTimer': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTimer,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerResponse.SerializeToString,
+            ),
+            'CancelTimer': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTimer,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.SerializeToString,
             ),
             'SetReminder': grpc.unary_unary_rpc_method_handler(
                     servicer.SetReminder,
@@ -417,6 +457,60 @@ class ActorHost:
             '/sigx.actors.v1.ActorHost/ReadState',
             sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateRequest.SerializeToString,
             sigx_dot_actors_dot_v1_dot_app__pb2.ReadStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTimer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/SetTimer',
+            sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.SetTimerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTimer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/CancelTimer',
+            sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.CancelTimerResponse.FromString,
             options,
             channel_credentials,
             insecure,
