@@ -110,7 +110,11 @@ func (s *session) start(t *pb.Turn) {
 		api = s.client.api
 	}
 	state := newState(api, t)
-	ctx, cancel := context.WithCancelCause(context.WithValue(context.WithValue(s.base, turnKey{}, info), storageKey{}, state))
+	base := context.WithValue(context.WithValue(s.base, turnKey{}, info), storageKey{}, state)
+	if s.client != nil {
+		base = context.WithValue(base, clientKey{}, s.client)
+	}
+	ctx, cancel := context.WithCancelCause(base)
 	var once sync.Once
 	reply := func(out []byte, terr *pb.TurnError, writes []*pb.StateWrite) {
 		once.Do(func() { s.answer(id, out, terr, writes) })
@@ -170,6 +174,9 @@ func invalid(format string, args ...any) error {
 func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 	typ := t.GetActor().GetActorType()
 	if w, ok := s.app.workers[typ]; ok {
+		if t.GetReminder() != nil {
+			return nil, invalid("%s is a worker type: workers have no reminders", typ)
+		}
 		inv := t.GetInvoke()
 		if inv == nil {
 			return nil, nil // workers have no lifecycle
@@ -191,7 +198,7 @@ func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 	case *pb.Turn_Activate:
 		_, err := s.activate(ctx, at, id)
 		return nil, err
-	case *pb.Turn_Invoke:
+	case *pb.Turn_Invoke, *pb.Turn_Reminder:
 		act, err := s.activation(ctx, at, id)
 		if err != nil {
 			return nil, err
@@ -204,7 +211,11 @@ func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 				return nil, ctx.Err()
 			}
 		}
-		return act.actor.Invoke(ctx, k.Invoke.GetMethod(), k.Invoke.GetPayload())
+		if r, ok := k.(*pb.Turn_Reminder); ok {
+			return nil, remind(ctx, typ, act.actor, r.Reminder)
+		}
+		inv := k.(*pb.Turn_Invoke).Invoke
+		return act.actor.Invoke(ctx, inv.GetMethod(), inv.GetPayload())
 	case *pb.Turn_Deactivate:
 		s.mu.Lock()
 		act := s.activations[id]

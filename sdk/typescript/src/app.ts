@@ -82,7 +82,7 @@ export function defineActorApp(spec: AppSpec): ActorApp {
   async function serve(options: ServeOptions = {}): Promise<void> {
     const target = options.target ?? defaultTarget();
     const stateClient = new Client({ target });
-    const dispatcher = new Dispatcher(defs, options.clock ?? systemClock, (req) => stateClient.readState(req));
+    const dispatcher = new Dispatcher(defs, options.clock ?? systemClock, (req) => stateClient.readState(req), stateClient);
     const backoff = new Backoff();
     let draining = false;
     let drainCurrent: (() => void) | undefined;

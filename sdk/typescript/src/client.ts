@@ -5,6 +5,7 @@ import type { ActorDefinition, CallOptions, ClientOf, WorkerDefinition } from '.
 import { fromServiceError } from './errors.js';
 import type { ReadStateRequest, WireEntry } from './storage.js';
 import { ActorHostClient } from './proto.js';
+import { infoFromWire, Reminders, setRequest, type ReminderApi, type ReminderInfo, type ReminderOptions } from './reminders.js';
 
 /** Slack on the gRPC deadline over the call's own: the sidecar answers TIMEOUT itself first. */
 const TRANSPORT_SLACK_MS = 2_000;
@@ -56,7 +57,7 @@ function decode(payload: Uint8Array): unknown {
 }
 
 /** A handle on the local sidecar's app API. One channel; it reconnects on its own. */
-export class Client {
+export class Client implements ReminderApi {
   readonly target: string;
   private readonly raw: Raw;
 
@@ -114,6 +115,34 @@ export class Client {
       options.signal?.removeEventListener('abort', onAbort);
       call.cancel();
     }
+  }
+
+  /**
+   * Sets (or replaces, by name) a durable reminder of the actor `type`/`key`; resolves with its
+   * first due time. `{ at }` (a Date or Unix ms; one in the past is due now) or `{ inMs }` (from
+   * now); `periodMs` absent = one-shot, else at least 100; `payload` at most 64 KiB. The actor's
+   * `onReminder` runs when it is due. Bad input rejects with `InvalidError` naming the limit.
+   */
+  async setReminder(type: string, key: string, name: string, options: ReminderOptions, call: CallOptions = {}): Promise<Date> {
+    const res = await this.unary('SetReminder', setRequest(type, key, name, options), call.timeoutMs ?? 10_000, call.signal);
+    return new Date(Number(res.dueUnixMs));
+  }
+
+  /** Deletes a reminder by name; whether it existed (absent is fine). */
+  async deleteReminder(type: string, key: string, name: string, call: CallOptions = {}): Promise<boolean> {
+    const res = await this.unary('DeleteReminder', { actor: { actorType: type, key }, name }, call.timeoutMs ?? 10_000, call.signal);
+    return !!res.existed;
+  }
+
+  /** The actor's stored reminders, sorted by name. */
+  async listReminders(type: string, key: string, call: CallOptions = {}): Promise<ReminderInfo[]> {
+    const res = await this.unary('ListReminders', { actor: { actorType: type, key } }, call.timeoutMs ?? 10_000, call.signal);
+    return (res.reminders ?? []).map(infoFromWire);
+  }
+
+  /** The reminders of one actor (`set`, `delete`, `list`): `client.reminders(Invoice, 'inv-7')`. */
+  reminders(def: ActorDefinition<string, Raw, Raw> | string, key: string): Reminders {
+    return new Reminders(this, typeof def === 'string' ? def : def.name, key);
   }
 
   /** This host's state, activations and counters. */

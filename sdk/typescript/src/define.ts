@@ -2,6 +2,7 @@
 // argument and return types flow from the definition to the typed client (`client.actor(Def,
 // key).method(arg)`), so a call site is checked by tsc against the handler it reaches.
 
+import type { Reminder, Reminders } from './reminders.js';
 import type { Storage } from './storage.js';
 
 /** Why an activation ends (`superseded`: a newer activation exists; its writes are ignored). */
@@ -26,6 +27,8 @@ export interface ActorContext<S> {
   readonly epoch: bigint;
   /** The actor's key. */
   readonly key: string;
+  /** This actor's durable reminders (`set`, `delete`, `list`); see `onReminder`. */
+  readonly reminders: Reminders;
   /** Unique per activation (not ordered: fence external writes with `epoch`). */
   readonly activationId: string;
   /**
@@ -58,6 +61,13 @@ export interface ActorSpec<S, M extends ActorMethods<S>> {
   onActivate?: (ctx: ActorContext<S>) => unknown;
   /** Runs on Deactivate (its `storage` writes count, except when superseded). Not run when the host fences. */
   onDeactivate?: (ctx: ActorContext<S>, reason: DeactivateReason) => unknown;
+  /**
+   * Runs as the turn of each due reminder of the actor (set with `ctx.reminders.set` or
+   * `client.setReminder`). At least once: a throw is retried with backoff (`attempt` 2, 3, ...,
+   * the same `due`), so make it idempotent per (`name`, `due`); throwing an `InvalidError`
+   * abandons the occurrence. Without it, a due reminder is answered INVALID and dropped.
+   */
+  onReminder?: (ctx: ActorContext<S>, reminder: Reminder) => unknown;
   /** Several turns of one activation may interleave at await points. Default false. */
   reentrant?: boolean;
   /** Idle time before Deactivate; 0/absent = the sidecar's default (5 minutes). */

@@ -3,6 +3,7 @@
 // refusal and cancellation rules are unit-tested without a sidecar.
 import type { ActorContext, AnyDefinition, DeactivateReason, WorkerContext } from './define.js';
 import { ActorError, kindEnumName } from './errors.js';
+import { reminderFromWire, Reminders, type ReminderApi } from './reminders.js';
 import { Storage, type StateReader, type WireWrite } from './storage.js';
 
 /** Unix milliseconds on the pod's wall clock, and a timer on it. Injected by tests. */
@@ -26,8 +27,9 @@ export interface WireTurn {
   notAfterUnixMs: string | number;
   /** The activation's epoch (0 for workers and sidecars without state). */
   epoch?: string | number;
-  kind: 'activate' | 'invoke' | 'deactivate';
+  kind: 'activate' | 'invoke' | 'deactivate' | 'reminder';
   invoke?: { method: string; payload: Uint8Array };
+  reminder?: { name: string; payload: Uint8Array; dueUnixMs: string | number; periodMs: string | number; attempt: number };
   deactivate?: { reason: string };
 }
 export interface WireResult {
@@ -72,14 +74,23 @@ function reasonOf(wire: string | undefined): DeactivateReason {
   return 'unspecified';
 }
 
+/** For a dispatcher built without a sidecar client (unit tests): `ctx.reminders` says so. */
+const noReminders: ReminderApi = {
+  setReminder: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
+  deleteReminder: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
+  listReminders: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
+};
+
 /** Turns → results for one registered set of definitions. */
 export class Dispatcher {
   private readonly types = new Map<string, AnyDefinition>();
   private readonly activations = new Map<string, Activation>();
   private readonly running = new Set<Running>();
 
-  /** `reader` serves `ctx.storage` reads (the app passes its sidecar client). */
-  constructor(defs: readonly AnyDefinition[], private readonly clock: Clock = systemClock, private readonly reader?: StateReader) {
+  /** `reader` serves `ctx.storage` reads and `reminders` the `ctx.reminders` RPCs (the app
+   * passes its sidecar client for both). */
+  constructor(defs: readonly AnyDefinition[], private readonly clock: Clock = systemClock, private readonly reader?: StateReader,
+    private readonly reminders: ReminderApi = noReminders) {
     for (const d of defs) {
       if (this.types.has(d.name)) throw new TypeError(`type name ${JSON.stringify(d.name)} is defined twice; names are unique across actors and workers`);
       this.types.set(d.name, d);
@@ -120,7 +131,7 @@ export class Dispatcher {
       const act: Activation = { ctx: undefined as never, tail: Promise.resolve() };
       const state = spec.state ? spec.state() : undefined;
       return this.run(turn, notAfter, async (signal) => {
-        act.ctx = { state, key: turn.actor.key, activationId: turn.activationId, epoch: storage.epoch, storage, signal };
+        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), activationId: turn.activationId, epoch: storage.epoch, storage, signal };
         if (spec.onActivate) await spec.onActivate(act.ctx);
         return undefined;
       }, () => {
@@ -138,6 +149,14 @@ export class Dispatcher {
       const done = (v: unknown) => { act.ctx.state = ctx.state; return v; };
       if (turn.kind === 'deactivate') {
         return Promise.resolve(spec.onDeactivate?.(ctx, reasonOf(turn.deactivate?.reason))).then(() => done(undefined));
+      }
+      if (turn.kind === 'reminder') {
+        const r = reminderFromWire(turn.reminder);
+        // INVALID: the sidecar abandons the occurrence instead of retrying it ten times.
+        if (!spec.onReminder) {
+          throw new ActorError('invalid', `${def.name} has no reminder handler, but reminder ${JSON.stringify(r.name)} came due; add onReminder(ctx, reminder) to its defineActor spec, or delete the reminder`);
+        }
+        return Promise.resolve(spec.onReminder(ctx, r)).then(() => done(undefined));
       }
       const method = turn.invoke!.method;
       const h = Object.hasOwn(spec.methods, method) ? spec.methods[method] : undefined;
@@ -158,6 +177,7 @@ export class Dispatcher {
   }
 
   private workerTurn(def: AnyDefinition & { kind: 'worker' }, turn: WireTurn, notAfter: number): Promise<WireResult> {
+    if (turn.kind === 'reminder') return Promise.resolve(err(turn.turnId, 'INVALID', `${def.name} is a worker type: workers have no reminders`));
     if (turn.kind !== 'invoke') return Promise.resolve({ turnId: turn.turnId, ok: EMPTY });
     const method = turn.invoke!.method;
     const h = Object.hasOwn(def.spec.methods, method) ? def.spec.methods[method] : undefined;

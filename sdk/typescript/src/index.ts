@@ -13,3 +13,5 @@ export type { Clock, WireResult, WireTurn } from './dispatcher.js';
 export { Storage } from './storage.js';
 export type { StateReader, ReadStateRequest, WireEntry, WireWrite } from './storage.js';
 export * from './errors.js';
+export { Reminders } from './reminders.js';
+export type { Reminder, ReminderApi, ReminderDue, ReminderInfo, ReminderOptions } from './reminders.js';

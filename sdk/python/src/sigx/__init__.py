@@ -11,6 +11,7 @@ from sigx.app import App, SessionEnd
 from sigx.client import ACTIVE, ANY, Client, Members
 from sigx.context import ActorContext, TurnInfo, WorkerContext, current_turn
 from sigx.registry import actor, method, worker
+from sigx.reminders import ActorHandle, Reminder, ReminderInfo
 from sigx.state import State
 
 __all__ = [
@@ -21,9 +22,12 @@ __all__ = [
     "DEACTIVATE_REASON_SUPERSEDED",
     "DEACTIVATE_REASON_UNSPECIFIED",
     "ActorContext",
+    "ActorHandle",
     "App",
     "Client",
     "Members",
+    "Reminder",
+    "ReminderInfo",
     "SessionEnd",
     "State",
     "TurnInfo",

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 import grpc
 import grpc.aio
 
 from sigx.actors.v1 import app_pb2, app_pb2_grpc, types_pb2
 from sigx.errors import from_rpc_error
+from sigx.reminders import ActorHandle, ReminderInfo, from_unix_ms, info_from_proto, set_request
 
 #: Where the sidecar listens when SIGX_SOCKET is unset (the same default as the sidecar's).
 DEFAULT_SOCKET = "/var/run/sigx/sidecar.sock"
@@ -137,6 +139,52 @@ class Client:
             raise from_rpc_error(e, self.socket) from None
         finally:
             call.cancel()
+
+    def actor(self, actor_type: str, key: str) -> ActorHandle:
+        """A handle on one actor: `call`, `set_reminder`, `delete_reminder`, `list_reminders`."""
+        return ActorHandle(self, actor_type, key)
+
+    async def set_reminder(
+        self,
+        actor_type: str,
+        key: str,
+        name: str,
+        due: datetime | timedelta,
+        *,
+        period: timedelta | None = None,
+        payload: bytes | str = b"",
+    ) -> datetime:
+        """Sets (or replaces, by name) a durable reminder of the actor `actor_type`/`key` and
+        returns its first due time (UTC). `due` is a `datetime` (when; one in the past is due now)
+        or a `timedelta` (how long from now, on the sidecar's clock). `period` None is a one-shot
+        reminder, deleted once delivered; otherwise at least 100 ms. `payload` (at most 64 KiB)
+        comes back with every occurrence. The actor's `on_reminder` runs when it is due (see
+        `sigx.reminders`). Bad input raises `InvalidError` with the sidecar's reason."""
+        req = set_request(actor_type, key, name, due, period, payload)
+        try:
+            r = await self._stub.SetReminder(req, timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        return from_unix_ms(r.due_unix_ms)
+
+    async def delete_reminder(self, actor_type: str, key: str, name: str) -> bool:
+        """Deletes a reminder by name; whether it existed (absent is fine)."""
+        req = app_pb2.DeleteReminderRequest(
+            actor=types_pb2.ActorRef(actor_type=actor_type, key=key), name=name
+        )
+        try:
+            return (await self._stub.DeleteReminder(req, timeout=10)).existed
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+
+    async def list_reminders(self, actor_type: str, key: str) -> list[ReminderInfo]:
+        """The actor's stored reminders, sorted by name."""
+        req = app_pb2.ListRemindersRequest(actor=types_pb2.ActorRef(actor_type=actor_type, key=key))
+        try:
+            r = await self._stub.ListReminders(req, timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+        return [info_from_proto(i) for i in r.reminders]
 
     async def status(self) -> app_pb2.StatusResponse:
         """This sidecar's identity, state, activations and counters."""

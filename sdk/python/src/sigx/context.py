@@ -6,6 +6,7 @@ import contextvars
 from dataclasses import dataclass, field
 
 from sigx.client import Client
+from sigx.reminders import ActorHandle
 from sigx.state import State
 
 
@@ -23,6 +24,12 @@ class ActorContext:
     #: every earlier activation's of this actor. Store it with what you write there and refuse a
     #: write whose epoch is lower than the one stored (compare, refuse lower).
     epoch: int = 0
+
+    def this_actor(self) -> ActorHandle:
+        """This actor as a handle: set, delete and list its own reminders
+        (`self.ctx.this_actor().set_reminder(...)`), or call it (from another task only: a
+        non-reentrant actor calling itself from its own turn waits for itself)."""
+        return ActorHandle(self.client, self.actor_type, self.key)
 
     @property
     def state(self) -> State:

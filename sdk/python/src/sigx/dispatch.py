@@ -20,6 +20,7 @@ from sigx.client import Client
 from sigx.context import ActorContext, TurnInfo, WorkerContext, _current
 from sigx.errors import ActorError
 from sigx.registry import TypeDef
+from sigx.reminders import reminder_from_proto
 from sigx.state import State
 
 log = logging.getLogger("sigx")
@@ -129,6 +130,8 @@ class Dispatcher:
             raise _invalid(f"this app registers no type {turn.actor.actor_type!r}")
         kind = turn.WhichOneof("kind")
         if not td.stateful:
+            if kind == "reminder":
+                raise _invalid(f"{td.name} is a worker type: workers have no reminders")
             if kind != "invoke":
                 return b""
             instance = self.workers.get(td.name)
@@ -160,17 +163,32 @@ class Dispatcher:
             if hook is not None:
                 await hook(turn.deactivate.reason)
             return b""
+        run = _remind if kind == "reminder" else _invoke
+        body = turn.reminder if kind == "reminder" else turn.invoke
         if td.reentrant:
-            return await _invoke(td, act.instance, turn.invoke)
+            return await run(td, act.instance, body)
         # The sidecar already sends one turn at a time; the lock keeps it so even if it did not.
         async with act.lock:
-            return await _invoke(td, act.instance, turn.invoke)
+            return await run(td, act.instance, body)
 
 
 def _invalid(message: str) -> ActorError:
     from sigx.errors import InvalidError
 
     return InvalidError(message)
+
+
+async def _remind(td: TypeDef, instance: Any, reminder: app_pb2.Reminder) -> bytes:
+    hook = getattr(instance, "on_reminder", None)
+    if hook is None:
+        # INVALID: the sidecar abandons the occurrence instead of retrying it ten times.
+        raise _invalid(
+            f"{td.name} has no reminder handler, but reminder {reminder.name!r} came due; add "
+            "`async def on_reminder(self, reminder: sigx.Reminder)` to the class, or delete the "
+            "reminder"
+        )
+    await hook(reminder_from_proto(reminder))
+    return b""
 
 
 async def _invoke(td: TypeDef, instance: Any, invoke: app_pb2.Invoke) -> bytes:

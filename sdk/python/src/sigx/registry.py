@@ -72,7 +72,8 @@ def actor(
 ) -> Callable[[T], T]:
     """Declares a stateful actor type. The class is instantiated once per activation with the
     activation's `sigx.ActorContext`; optional `async def on_activate(self)` and
-    `async def on_deactivate(self, reason: int)` run as the Activate/Deactivate turns.
+    `async def on_deactivate(self, reason: int)` run as the Activate/Deactivate turns, and
+    `async def on_reminder(self, reminder: sigx.Reminder)` as its due reminders' turns.
     `idle_timeout` (seconds) defaults to the sidecar's (5 minutes)."""
 
     def wrap(cls: T) -> T:

@@ -42,3 +42,28 @@ defineActor('Typed', {
     bad(ctx) { return ctx.state.missing; },
   },
 });
+
+// Reminders: one due form at a time; the handler's reminder is typed.
+defineActor('Reminded', {
+  onReminder(ctx, r) {
+    const due: Date = r.due;
+    const attempt: number = r.attempt;
+    // @ts-expect-error periodMs is a number (0 = one-shot), not a Date
+    const p: Date = r.periodMs;
+    void [due, attempt, p];
+    return ctx.reminders.set('again', { inMs: 1_000, periodMs: 60_000 });
+  },
+  methods: {},
+});
+
+export async function reminderSites(client: Client): Promise<void> {
+  const r = client.reminders(Counter, 'k');
+  const due: Date = await r.set('wake', { at: new Date(), payload: { any: 'json' } });
+  const existed: boolean = await r.delete('wake');
+  const names: string[] = (await client.listReminders('Counter', 'k')).map((i) => i.name);
+  void [due, existed, names];
+  // @ts-expect-error exactly one of at / inMs
+  await r.set('wake', { at: Date.now(), inMs: 5 });
+  // @ts-expect-error a due time is required
+  await r.set('wake', { periodMs: 100 });
+}
