@@ -177,6 +177,9 @@ func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 		if t.GetReminder() != nil {
 			return nil, invalid("%s is a worker type: workers have no reminders", typ)
 		}
+		if t.GetTimer() != nil {
+			return nil, invalid("%s is a worker type: workers have no timers", typ)
+		}
 		inv := t.GetInvoke()
 		if inv == nil {
 			return nil, nil // workers have no lifecycle
@@ -198,7 +201,7 @@ func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 	case *pb.Turn_Activate:
 		_, err := s.activate(ctx, at, id)
 		return nil, err
-	case *pb.Turn_Invoke, *pb.Turn_Reminder:
+	case *pb.Turn_Invoke, *pb.Turn_Reminder, *pb.Turn_Timer:
 		act, err := s.activation(ctx, at, id)
 		if err != nil {
 			return nil, err
@@ -213,6 +216,9 @@ func (s *session) dispatch(ctx context.Context, t *pb.Turn) ([]byte, error) {
 		}
 		if r, ok := k.(*pb.Turn_Reminder); ok {
 			return nil, remind(ctx, typ, act.actor, r.Reminder)
+		}
+		if tt, ok := k.(*pb.Turn_Timer); ok {
+			return nil, tick(ctx, typ, act.actor, tt.Timer)
 		}
 		inv := k.(*pb.Turn_Invoke).Invoke
 		return act.actor.Invoke(ctx, inv.GetMethod(), inv.GetPayload())

@@ -6,6 +6,7 @@ import { fromServiceError } from './errors.js';
 import type { ReadStateRequest, WireEntry } from './storage.js';
 import { ActorHostClient } from './proto.js';
 import { infoFromWire, Reminders, setRequest, type ReminderApi, type ReminderInfo, type ReminderOptions } from './reminders.js';
+import { setTimerRequest, type TimerApi, type TimerOptions } from './timers.js';
 
 /** Slack on the gRPC deadline over the call's own: the sidecar answers TIMEOUT itself first. */
 const TRANSPORT_SLACK_MS = 2_000;
@@ -57,7 +58,7 @@ function decode(payload: Uint8Array): unknown {
 }
 
 /** A handle on the local sidecar's app API. One channel; it reconnects on its own. */
-export class Client implements ReminderApi {
+export class Client implements ReminderApi, TimerApi {
   readonly target: string;
   private readonly raw: Raw;
 
@@ -138,6 +139,23 @@ export class Client implements ReminderApi {
   async listReminders(type: string, key: string, call: CallOptions = {}): Promise<ReminderInfo[]> {
     const res = await this.unary('ListReminders', { actor: { actorType: type, key } }, call.timeoutMs ?? 10_000, call.signal);
     return (res.reminders ?? []).map(infoFromWire);
+  }
+
+  /**
+   * Sets (or replaces) a timer of the live activation `activationId` of `type`/`key` on this
+   * host; whether one was replaced. Inside a turn use `ctx.timers.set(name, options)`, which
+   * fills in the running activation. The sidecar refuses (INVALID) an activation that is not
+   * live here, and a name, delay or payload past its limits.
+   */
+  async setTimer(type: string, key: string, activationId: string, name: string, options: TimerOptions = {}, call: CallOptions = {}): Promise<boolean> {
+    const res = await this.unary('SetTimer', setTimerRequest(type, key, activationId, name, options), call.timeoutMs ?? 10_000, call.signal);
+    return !!res.replaced;
+  }
+
+  /** Cancels a timer of that activation; whether it existed. Inside a turn: `ctx.timers.cancel(name)`. */
+  async cancelTimer(type: string, key: string, activationId: string, name: string, call: CallOptions = {}): Promise<boolean> {
+    const res = await this.unary('CancelTimer', { actor: { actorType: type, key }, activationId, name }, call.timeoutMs ?? 10_000, call.signal);
+    return !!res.existed;
   }
 
   /** The reminders of one actor (`set`, `delete`, `list`): `client.reminders(Invoice, 'inv-7')`. */

@@ -4,6 +4,7 @@
 
 import type { Reminder, Reminders } from './reminders.js';
 import type { Storage } from './storage.js';
+import type { TimerTick, Timers } from './timers.js';
 
 /** Why an activation ends (`superseded`: a newer activation exists; its writes are ignored). */
 export type DeactivateReason = 'idle' | 'shutdown' | 'superseded' | 'unspecified';
@@ -29,6 +30,11 @@ export interface ActorContext<S> {
   readonly key: string;
   /** This actor's durable reminders (`set`, `delete`, `list`); see `onReminder`. */
   readonly reminders: Reminders;
+  /**
+   * This activation's in-memory timers (`set`, `cancel`); see `onTimer`. Gone when the
+   * activation deactivates: use `reminders` for a wake-up that must outlive it. Workers have none.
+   */
+  readonly timers: Timers;
   /** Unique per activation (not ordered: fence external writes with `epoch`). */
   readonly activationId: string;
   /**
@@ -68,6 +74,12 @@ export interface ActorSpec<S, M extends ActorMethods<S>> {
    * abandons the occurrence. Without it, a due reminder is answered INVALID and dropped.
    */
   onReminder?: (ctx: ActorContext<S>, reminder: Reminder) => unknown;
+  /**
+   * Runs as the turn of each tick of this activation's timers (set with `ctx.timers.set`).
+   * Not retried: a throw is counted by the sidecar (Status `timerFailures`) and a periodic timer
+   * goes on. Without it, a tick is answered INVALID.
+   */
+  onTimer?: (ctx: ActorContext<S>, tick: TimerTick) => unknown;
   /** Several turns of one activation may interleave at await points. Default false. */
   reentrant?: boolean;
   /** Idle time before Deactivate; 0/absent = the sidecar's default (5 minutes). */

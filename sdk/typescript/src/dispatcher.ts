@@ -4,6 +4,7 @@
 import type { ActorContext, AnyDefinition, DeactivateReason, WorkerContext } from './define.js';
 import { ActorError, kindEnumName } from './errors.js';
 import { reminderFromWire, Reminders, type ReminderApi } from './reminders.js';
+import { tickFromWire, Timers, type TimerApi } from './timers.js';
 import { Storage, type StateReader, type WireWrite } from './storage.js';
 
 /** Unix milliseconds on the pod's wall clock, and a timer on it. Injected by tests. */
@@ -27,9 +28,10 @@ export interface WireTurn {
   notAfterUnixMs: string | number;
   /** The activation's epoch (0 for workers and sidecars without state). */
   epoch?: string | number;
-  kind: 'activate' | 'invoke' | 'deactivate' | 'reminder';
+  kind: 'activate' | 'invoke' | 'deactivate' | 'reminder' | 'timer';
   invoke?: { method: string; payload: Uint8Array };
   reminder?: { name: string; payload: Uint8Array; dueUnixMs: string | number; periodMs: string | number; attempt: number };
+  timer?: { name: string; payload: Uint8Array; periodMs: string | number; dueUnixMs: string | number; skipped: string | number };
   deactivate?: { reason: string };
 }
 export interface WireResult {
@@ -74,11 +76,13 @@ function reasonOf(wire: string | undefined): DeactivateReason {
   return 'unspecified';
 }
 
-/** For a dispatcher built without a sidecar client (unit tests): `ctx.reminders` says so. */
-const noReminders: ReminderApi = {
+/** For a dispatcher built without a sidecar client (unit tests): `ctx.reminders` and `ctx.timers` say so. */
+const noReminders: ReminderApi & TimerApi = {
   setReminder: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
   deleteReminder: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
   listReminders: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for reminders')),
+  setTimer: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for timers')),
+  cancelTimer: () => Promise.reject(new ActorError('invalid', 'this dispatcher has no sidecar client for timers')),
 };
 
 /** Turns → results for one registered set of definitions. */
@@ -87,10 +91,10 @@ export class Dispatcher {
   private readonly activations = new Map<string, Activation>();
   private readonly running = new Set<Running>();
 
-  /** `reader` serves `ctx.storage` reads and `reminders` the `ctx.reminders` RPCs (the app
-   * passes its sidecar client for both). */
+  /** `reader` serves `ctx.storage` reads and `reminders` the `ctx.reminders` and `ctx.timers`
+   * RPCs (the app passes its sidecar client for both). */
   constructor(defs: readonly AnyDefinition[], private readonly clock: Clock = systemClock, private readonly reader?: StateReader,
-    private readonly reminders: ReminderApi = noReminders) {
+    private readonly reminders: ReminderApi & TimerApi = noReminders) {
     for (const d of defs) {
       if (this.types.has(d.name)) throw new TypeError(`type name ${JSON.stringify(d.name)} is defined twice; names are unique across actors and workers`);
       this.types.set(d.name, d);
@@ -131,7 +135,7 @@ export class Dispatcher {
       const act: Activation = { ctx: undefined as never, tail: Promise.resolve() };
       const state = spec.state ? spec.state() : undefined;
       return this.run(turn, notAfter, async (signal) => {
-        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), activationId: turn.activationId, epoch: storage.epoch, storage, signal };
+        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), timers: new Timers(this.reminders, def.name, turn.actor.key, turn.activationId), activationId: turn.activationId, epoch: storage.epoch, storage, signal };
         if (spec.onActivate) await spec.onActivate(act.ctx);
         return undefined;
       }, () => {
@@ -158,6 +162,14 @@ export class Dispatcher {
         }
         return Promise.resolve(spec.onReminder(ctx, r)).then(() => done(undefined));
       }
+      if (turn.kind === 'timer') {
+        const t = tickFromWire(turn.timer);
+        // INVALID: the sidecar counts a failed tick (never retried).
+        if (!spec.onTimer) {
+          throw new ActorError('invalid', `${def.name} has no timer handler, but timer ${JSON.stringify(t.name)} ticked; add onTimer(ctx, tick) to its defineActor spec, or cancel the timer`);
+        }
+        return Promise.resolve(spec.onTimer(ctx, t)).then(() => done(undefined));
+      }
       const method = turn.invoke!.method;
       const h = Object.hasOwn(spec.methods, method) ? spec.methods[method] : undefined;
       if (!h) throw new ActorError('invalid', `${def.name} has no method ${JSON.stringify(method)}`);
@@ -178,6 +190,7 @@ export class Dispatcher {
 
   private workerTurn(def: AnyDefinition & { kind: 'worker' }, turn: WireTurn, notAfter: number): Promise<WireResult> {
     if (turn.kind === 'reminder') return Promise.resolve(err(turn.turnId, 'INVALID', `${def.name} is a worker type: workers have no reminders`));
+    if (turn.kind === 'timer') return Promise.resolve(err(turn.turnId, 'INVALID', `${def.name} is a worker type: workers have no timers`));
     if (turn.kind !== 'invoke') return Promise.resolve({ turnId: turn.turnId, ok: EMPTY });
     const method = turn.invoke!.method;
     const h = Object.hasOwn(def.spec.methods, method) ? def.spec.methods[method] : undefined;

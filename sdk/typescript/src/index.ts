@@ -14,4 +14,6 @@ export { Storage } from './storage.js';
 export type { StateReader, ReadStateRequest, WireEntry, WireWrite } from './storage.js';
 export * from './errors.js';
 export { Reminders } from './reminders.js';
+export { Timers } from './timers.js';
+export type { TimerApi, TimerOptions, TimerTick } from './timers.js';
 export type { Reminder, ReminderApi, ReminderDue, ReminderInfo, ReminderOptions } from './reminders.js';

@@ -13,6 +13,7 @@ from sigx.context import ActorContext, TurnInfo, WorkerContext, current_turn
 from sigx.registry import actor, method, worker
 from sigx.reminders import ActorHandle, Reminder, ReminderInfo
 from sigx.state import State
+from sigx.timers import TimerTick
 
 __all__ = [
     "ACTIVE",
@@ -30,6 +31,7 @@ __all__ = [
     "ReminderInfo",
     "SessionEnd",
     "State",
+    "TimerTick",
     "TurnInfo",
     "WorkerContext",
     "actor",

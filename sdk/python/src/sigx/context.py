@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from sigx.client import Client
+from sigx import timers
 from sigx.reminders import ActorHandle
 from sigx.state import State
 
@@ -31,6 +33,29 @@ class ActorContext:
         non-reentrant actor calling itself from its own turn waits for itself)."""
         return ActorHandle(self.client, self.actor_type, self.key)
 
+    async def set_timer(
+        self,
+        name: str,
+        after: timedelta,
+        *,
+        period: timedelta | None = None,
+        payload: bytes | str = b"",
+    ) -> bool:
+        """Sets (or replaces, by name) an in-memory timer of this activation: its first tick
+        `after` from now, then every `period` (None: one tick). Each tick runs the class's
+        `on_timer` as a turn of this activation (see `sigx.timers`). Gone when the activation
+        deactivates; use a reminder for a wake-up that must outlive it. Returns whether a timer of
+        that name was replaced; bad input raises `InvalidError` with the sidecar's reason."""
+        req = timers.set_request(self.actor_type, self.key, self.activation_id, name, after,
+                                 period, payload)
+        return await timers.set_timer(self.client, req)
+
+    async def cancel_timer(self, name: str) -> bool:
+        """Cancels this activation's timer `name`: no tick of it starts afterwards. Returns
+        whether it existed (an unknown name is fine)."""
+        return await timers.cancel_timer(self.client, self.actor_type, self.key,
+                                         self.activation_id, name)
+
     @property
     def state(self) -> State:
         """The actor's durable state as the running turn sees it (see `sigx.state`). Writes go
@@ -50,6 +75,16 @@ class WorkerContext:
 
     worker_type: str
     client: Client
+
+    async def set_timer(self, name: str, after: timedelta, *, period: timedelta | None = None,
+                        payload: bytes | str = b"") -> bool:
+        """Always raises `InvalidError`: timers belong to an actor's activation, and a worker
+        has none."""
+        raise timers.worker_refusal(self.worker_type, "set_timer")
+
+    async def cancel_timer(self, name: str) -> bool:
+        """Always raises `InvalidError`, like `set_timer`."""
+        raise timers.worker_refusal(self.worker_type, "cancel_timer")
 
 
 @dataclass(frozen=True)

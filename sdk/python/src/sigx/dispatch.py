@@ -22,6 +22,7 @@ from sigx.errors import ActorError
 from sigx.registry import TypeDef
 from sigx.reminders import reminder_from_proto
 from sigx.state import State
+from sigx.timers import tick_from_proto
 
 log = logging.getLogger("sigx")
 
@@ -132,6 +133,8 @@ class Dispatcher:
         if not td.stateful:
             if kind == "reminder":
                 raise _invalid(f"{td.name} is a worker type: workers have no reminders")
+            if kind == "timer":
+                raise _invalid(f"{td.name} is a worker type: workers have no timers")
             if kind != "invoke":
                 return b""
             instance = self.workers.get(td.name)
@@ -163,8 +166,10 @@ class Dispatcher:
             if hook is not None:
                 await hook(turn.deactivate.reason)
             return b""
-        run = _remind if kind == "reminder" else _invoke
-        body = turn.reminder if kind == "reminder" else turn.invoke
+        run, body = {
+            "reminder": (_remind, turn.reminder),
+            "timer": (_tick, turn.timer),
+        }.get(kind, (_invoke, turn.invoke))
         if td.reentrant:
             return await run(td, act.instance, body)
         # The sidecar already sends one turn at a time; the lock keeps it so even if it did not.
@@ -188,6 +193,18 @@ async def _remind(td: TypeDef, instance: Any, reminder: app_pb2.Reminder) -> byt
             "reminder"
         )
     await hook(reminder_from_proto(reminder))
+    return b""
+
+
+async def _tick(td: TypeDef, instance: Any, tick: app_pb2.TimerTick) -> bytes:
+    hook = getattr(instance, "on_timer", None)
+    if hook is None:
+        # INVALID: counted as a failed tick by the sidecar (ticks are never retried).
+        raise _invalid(
+            f"{td.name} has no timer handler, but timer {tick.name!r} ticked; add "
+            "`async def on_timer(self, tick: sigx.TimerTick)` to the class, or cancel the timer"
+        )
+    await hook(tick_from_proto(tick))
     return b""
 
 

@@ -73,7 +73,8 @@ def actor(
     """Declares a stateful actor type. The class is instantiated once per activation with the
     activation's `sigx.ActorContext`; optional `async def on_activate(self)` and
     `async def on_deactivate(self, reason: int)` run as the Activate/Deactivate turns, and
-    `async def on_reminder(self, reminder: sigx.Reminder)` as its due reminders' turns.
+    `async def on_reminder(self, reminder: sigx.Reminder)` as its due reminders' turns, and
+    `async def on_timer(self, tick: sigx.TimerTick)` as its timers' ticks (`ctx.set_timer`).
     `idle_timeout` (seconds) defaults to the sidecar's (5 minutes)."""
 
     def wrap(cls: T) -> T:

@@ -67,3 +67,28 @@ export async function reminderSites(client: Client): Promise<void> {
   // @ts-expect-error a due time is required
   await r.set('wake', { periodMs: 100 });
 }
+
+defineActor('Ticking', {
+  async onActivate(ctx) {
+    const replaced: boolean = await ctx.timers.set('flush', { afterMs: 1_000, periodMs: 1_000 });
+    // @ts-expect-error the delay is a number of ms, not a Date
+    await ctx.timers.set('flush', { afterMs: new Date() });
+    void replaced;
+  },
+  async onTimer(ctx, tick) {
+    const skipped: number = tick.skipped;
+    // @ts-expect-error periodMs is a number (0 = one-shot)
+    const p: Date = tick.periodMs;
+    void [skipped, p];
+    const existed: boolean = await ctx.timers.cancel(tick.name);
+    void existed;
+  },
+  methods: {},
+});
+
+defineWorker('NoTimers', {
+  methods: {
+    // @ts-expect-error a worker has no activation, so no timers
+    ping(ctx) { return ctx.timers.set('x'); },
+  },
+});
