@@ -15,7 +15,7 @@
 //! Run: `make bench` (or `cargo bench -p sigx-e2e --bench state`).
 
 use sigx_sdk::{ActorType, App, Client, Context};
-use sigx_sidecar::host::{Host, HostOptions, StopKind};
+use sigx_sidecar::host::{Host, StopKind};
 use sigx_sidecar::state::SharedStateStore;
 use sigx_sidecar::state::postgres::PostgresStateStore;
 use sigx_sidecar::state::sqlite::SqliteStateStore;
@@ -51,30 +51,7 @@ fn p(lat: &mut [f64], q: f64) -> f64 {
 
 async fn start(dir: &Path, store: SharedStateStore) -> (Host, Client, sigx_sdk::ServeHandle) {
     let socket = dir.join("s.sock");
-    let args = [
-        "sigx-sidecar",
-        "--membership",
-        "none",
-        "--socket",
-        socket.to_str().unwrap(),
-        "--health-addr",
-        "127.0.0.1:0",
-        "--host-id",
-        "bench",
-    ];
-    let cfg = <sigx_sidecar::config::Args as clap::Parser>::try_parse_from(args)
-        .unwrap()
-        .validate()
-        .unwrap();
-    let host = Host::start_with(
-        cfg,
-        HostOptions {
-            state: Some(store),
-            ..HostOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let host = sigx_e2e::single_host::start(&socket, "bench", store).await;
     let client = Client::lazy(&socket).with_timeout(Duration::from_secs(10));
     let serving = app().spawn(&client);
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -4,3 +4,4 @@ pub mod controlplane;
 pub mod kube_double;
 pub mod probe;
 pub mod sim;
+pub mod single_host;

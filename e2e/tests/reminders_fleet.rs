@@ -71,18 +71,29 @@ fn env_or(name: &str, default: u64) -> u64 {
 /// The scale run (`make bench-chaos` runs it on release binaries; BENCHMARKS.md has the
 /// figures): `SIGX_BENCH_REMINDERS` one-shot reminders (default 100,000) on 1,000 actors, set
 /// through the three pods in due order, due evenly over `SIGX_BENCH_REMINDER_SPAN_S` seconds
-/// (default 120) from 10 s after the first set, at the sidecars' default settings. Prints the
-/// set rate and the lateness percentiles; asserts every reminder fired exactly once.
+/// (default 120) from the time all are expected to be set, at the sidecars' default settings.
+/// Prints the set rate and the lateness percentiles; asserts every reminder fired exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a scale run (minutes); make bench-chaos runs it"]
 async fn at_scale_every_reminder_fires_exactly_once() {
     let n = env_or("SIGX_BENCH_REMINDERS", 100_000) as usize;
     let span = Duration::from_secs(env_or("SIGX_BENCH_REMINDER_SPAN_S", 120));
     let actors = 1_000.min(n);
-    let mut fleet = Fleet::start(FleetConfig::default()).await;
+    // The sidecar's default membership timings (beat 5 s, TTL 15 s), not the chaos tests' fast
+    // ones: a 2-core machine this busy can stall a host for more than a 1 s TTL.
+    let mut fleet = Fleet::start(FleetConfig {
+        beat_ms: 5_000,
+        ttl_ms: 15_000,
+        ..FleetConfig::default()
+    })
+    .await;
     let sockets = fleet.targets.read().unwrap().clone();
     let t0 = now_ms();
-    let want = set_spread(&sockets, actors, n / actors, t0 + 10_000, span, 64).await;
+    // The first ones fall due once all are set (at an assumed SIGX_BENCH_SET_RATE sets/s), so
+    // the figure is the delivery's lateness, not the setting's.
+    let rate = env_or("SIGX_BENCH_SET_RATE", 400).max(1);
+    let lead = (n as u64 * 1000 / rate).max(10_000) as i64;
+    let want = set_spread(&sockets, actors, n / actors, t0 + lead, span, 64).await;
     let set_ms = now_ms() - t0;
     println!(
         "set {} reminders through 3 pods in {set_ms} ms ({:.0}/s)",

@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 use sigx_sdk::{ActorError, ActorType, App, Client, Context, ErrorKind, WorkerType};
-use sigx_sidecar::host::{Host, HostOptions, StopKind};
+use sigx_sidecar::host::{Host, StopKind};
 use sigx_sidecar::runtime::ActorId;
 use sigx_sidecar::state::sqlite::SqliteStateStore;
 use sigx_sidecar::state::{Selection, StateStore};
@@ -81,30 +81,7 @@ async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");
     let store = Arc::new(SqliteStateStore::open(&dir.path().join("state.db")).unwrap());
-    let args = [
-        "sigx-sidecar",
-        "--membership",
-        "none",
-        "--socket",
-        socket.to_str().unwrap(),
-        "--health-addr",
-        "127.0.0.1:0",
-        "--host-id",
-        "h1",
-    ];
-    let cfg = <sigx_sidecar::config::Args as clap::Parser>::try_parse_from(args)
-        .unwrap()
-        .validate()
-        .unwrap();
-    let host = Host::start_with(
-        cfg,
-        HostOptions {
-            state: Some(store.clone()),
-            ..HostOptions::default()
-        },
-    )
-    .await
-    .unwrap();
+    let host = sigx_e2e::single_host::start(&socket, "h1", store.clone()).await;
     let client = Client::lazy(&socket).with_timeout(Duration::from_secs(5));
     let app = app().spawn(&client);
     app.registered(1).await.unwrap();
