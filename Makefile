@@ -89,12 +89,15 @@ bench:
 	$(CARGO) bench -p sigx-e2e --bench state
 
 ## bench-chaos: the chaos scenarios at benchmark size on release binaries (>= 100k calls), then
-## issue 12's single-activation rounds (sidecar SIGSTOP, app restart) 50 times each.
+## issue 12's single-activation rounds (sidecar SIGSTOP, app restart) 50 times each, then 100,000
+## reminders across 3 pods (SIGX_BENCH_REMINDERS to change it).
 bench-chaos:
 	$(CARGO) build --release --bins
 	SIGX_BIN_DIR=$(RELEASE_BIN) $(CARGO) bench -p sigx-e2e --bench chaos
 	CHAOS_STOP_ROUNDS=50 CHAOS_APP_RESTARTS=50 SIGX_BIN_DIR=$(RELEASE_BIN) \
 	  $(CARGO) test -p sigx-e2e --test single_activation -- --test-threads=1 --nocapture
+	SIGX_BIN_DIR=$(RELEASE_BIN) $(CARGO) test -p sigx-e2e --test reminders_fleet at_scale \
+	  -- --ignored --nocapture
 
 ## sim: deterministic simulation. `make sim SEED=n` replays one seed; `make sim SEEDS=n SEED_START=m` runs a batch.
 ## Built with --cfg tokio_unstable so that turmoil seeds tokio's own RNG from the seed (without
