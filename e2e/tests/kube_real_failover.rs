@@ -488,9 +488,12 @@ async fn api_server_paused_below_the_ttl_fences_nobody_and_past_it_fences_every_
     }
     let fenced_after: Vec<Duration> = fenced_after.into_iter().flatten().collect();
     eprintln!("API server stopped → hosts fenced after {fenced_after:?} (TTL {TTL_MS} ms)");
+    // A host fences TTL after the start of its last confirmed renewal: at most a beat before
+    // the pause, or two when the renewal in flight at the pause had itself started late. A host
+    // that fenced on the first unanswered request would show up here.
     for t in &fenced_after {
         assert!(
-            *t >= ttl() - Duration::from_millis(BEAT_MS + 100),
+            *t >= ttl() - Duration::from_millis(2 * BEAT_MS),
             "a host fenced after {t:?}: sooner than its Lease could have lapsed"
         );
     }
