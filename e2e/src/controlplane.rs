@@ -155,6 +155,26 @@ impl ControlPlane {
         path
     }
 
+    /// SIGSTOP to the control-plane process: etcd, the API server and the controller manager
+    /// all stand still (they run in one process), their sockets stay open and accept nothing,
+    /// as in a control-plane VM suspend or a stop-the-world pause. Requests in flight and new
+    /// connections hang until [`ControlPlane::resume`].
+    pub fn pause(&self) {
+        self.signal(rustix::process::Signal::STOP);
+    }
+
+    /// SIGCONT to the control-plane process (see [`ControlPlane::pause`]).
+    pub fn resume(&self) {
+        self.signal(rustix::process::Signal::CONT);
+    }
+
+    fn signal(&self, sig: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32)
+            .expect("the control plane's pid is positive");
+        rustix::process::kill_process(pid, sig)
+            .unwrap_or_else(|e| panic!("signal {sig:?} to the control plane: {e}"));
+    }
+
     /// The last `n` lines of the program's log (klog and etcd), for failure messages.
     pub fn log_tail(&self, n: usize) -> String {
         let text =
@@ -166,6 +186,10 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
+        // A test that failed while the program was paused must not leave it stopped: a
+        // stopped program reads no EOF.
+        let _ = rustix::process::Pid::from_raw(self.child.id() as i32)
+            .map(|pid| rustix::process::kill_process(pid, rustix::process::Signal::CONT));
         // EOF on stdin: the program shuts down in order and removes its data directory.
         drop(self.stdin.take());
         let deadline = std::time::Duration::from_secs(30);

@@ -404,8 +404,22 @@ impl Host {
     /// same lapse anyway; the lapse does not depend on this process living on or on the app
     /// ever answering, it is the crash path every peer already handles, and a turn handed out
     /// is bounded by the lease (its not-after), so it is over before any peer can expire us.
+    ///
+    /// A host that has fenced stops fast whatever the signal: fencing already dropped its app's
+    /// activations and cancelled their turns, it holds no claim a hand-over could pass on, and
+    /// it can no longer publish `leaving`, so the graceful sequence would only wait out the
+    /// drain timeout for a `leaving` record that never appears. The orchestrator restarts a
+    /// fenced sidecar (its `/livez` fails) and that restart is the way back, so it must not be
+    /// held for the drain timeout (20 s by default).
     pub async fn stop(self, kind: StopKind) {
         let t0 = Instant::now();
+        let kind = match self.state.fence_reason() {
+            Some(reason) if kind == StopKind::Graceful => {
+                tracing::info!(%reason, "fenced: nothing to drain or hand over; stopping fast");
+                StopKind::Fast
+            }
+            _ => kind,
+        };
         self.state.set_leaving();
         tracing::info!(step = "readiness-false", "stopping");
         let cluster = self.cluster.get();
