@@ -6,6 +6,7 @@ an app in Python does, and they fail if the sidecar needs any client-side workar
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -139,3 +140,18 @@ def sidecar(tmp_path: Path, pb) -> Iterator[Sidecar]:
             yield s
         finally:
             stop_sidecar(s)
+
+
+def run(coro, timeout: float = 60):
+    """Runs one test's coroutine to its end, failing the test after `timeout` seconds."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+async def until(what: str, check, seen, timeout: float = 10.0, every: float = 0.02) -> None:
+    """Waits for `check()` to hold (deliveries arrive on the sidecar's schedule); the failure
+    shows `seen`, what the handlers saw so far."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout} s; saw {seen}")
+        await asyncio.sleep(every)

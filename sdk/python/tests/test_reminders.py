@@ -14,7 +14,7 @@ import pytest
 import sigx
 from sigx.errors import InvalidError
 
-from conftest import Sidecar, start_sidecar, stop_sidecar
+from conftest import Sidecar, run, start_sidecar, stop_sidecar, until
 
 #: (key, reminder) for every delivery the handler saw, in order, and when it ran.
 SEEN: list[tuple[str, sigx.Reminder, datetime]] = []
@@ -70,10 +70,6 @@ class Pool:
         return b"pong"
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
 @pytest.fixture
 def sidecar(pb) -> Iterator[Sidecar]:
     SEEN.clear()
@@ -95,15 +91,6 @@ def seen(key: str) -> list[sigx.Reminder]:
     return [r for k, r, _ in SEEN if k == key]
 
 
-async def until(what: str, check, timeout: float = 10.0) -> None:
-    """Waits for `check()` to hold (deliveries arrive on the sidecar's schedule)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s; saw {SEEN}")
-        await asyncio.sleep(0.02)
-
-
 def test_a_one_shot_reminder_activates_the_actor_and_is_then_gone(sidecar: Sidecar) -> None:
     async def main() -> None:
         async with serve(sidecar) as app:
@@ -119,7 +106,7 @@ def test_a_one_shot_reminder_activates_the_actor_and_is_then_gone(sidecar: Sidec
             assert [(i.name, i.due, i.period, i.payload) for i in listed] == [
                 ("wake", due, None, b"hello")
             ]
-            await until("the one-shot delivery", lambda: seen("one"))
+            await until("the one-shot delivery", lambda: seen("one"), SEEN)
             assert ACTIVATED == ["one"], "the reminder activated the actor (nothing else called it)"
             [r] = seen("one")
             assert (r.name, r.payload, r.due, r.period, r.attempt) == ("wake", b"hello", due, None, 1)
@@ -146,7 +133,7 @@ def test_a_periodic_reminder_ticks_by_its_period_until_deleted(sidecar: Sidecar)
             alarm = app.client.actor("Alarm", "tick")
             first = await alarm.set_reminder("tick", datetime.now(timezone.utc), period=period,
                                              payload="p")
-            await until("three ticks", lambda: len(seen("tick")) >= 3)
+            await until("three ticks", lambda: len(seen("tick")) >= 3, SEEN)
             assert await alarm.delete_reminder("tick") is True
             ticks = seen("tick")
             assert ticks[0].due == first
@@ -171,7 +158,7 @@ def test_a_failed_delivery_is_retried_as_attempt_2_of_the_same_occurrence(sideca
             await app.registered()
             alarm = app.client.actor("Alarm", "retry")
             due = await alarm.set_reminder("flaky", timedelta(0), payload=b"fail-once")
-            await until("the retry", lambda: len(seen("retry")) >= 2)
+            await until("the retry", lambda: len(seen("retry")) >= 2, SEEN)
             first, second = seen("retry")[:2]
             assert (first.attempt, second.attempt) == (1, 2)
             assert first.due == second.due == due, "a retry keeps the occurrence's due time"
@@ -189,7 +176,7 @@ def test_an_actor_sets_its_own_reminder_from_inside_a_turn(sidecar: Sidecar) -> 
         async with serve(sidecar) as app:
             await app.registered()
             due_ms = int(await app.client.call("Alarm", "me", "arm", b"from-myself"))
-            await until("the self-set reminder", lambda: seen("me"))
+            await until("the self-set reminder", lambda: seen("me"), SEEN)
             [r] = seen("me")
             assert (r.name, r.payload, r.attempt) == ("self", b"from-myself", 1)
             assert int(r.due.timestamp() * 1000) == due_ms

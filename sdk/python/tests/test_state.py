@@ -13,7 +13,7 @@ import pytest
 import sigx
 from sigx.errors import AppError, InvalidError
 
-from conftest import Sidecar, start_sidecar, stop_sidecar
+from conftest import Sidecar, run, start_sidecar, stop_sidecar
 
 EPOCHS: list[int] = []
 
@@ -73,10 +73,6 @@ class Box:
     @sigx.method
     async def epoch(self, payload: bytes) -> bytes:
         return str(self.ctx.epoch).encode()
-
-
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 import sigx
 from sigx.errors import InvalidError
 
-from conftest import Sidecar, start_sidecar, stop_sidecar
+from conftest import Sidecar, run, start_sidecar, stop_sidecar, until
 
 #: (key, activation_id, tick) for every tick the handlers saw, in order.
 TICKS: list[tuple[str, str, sigx.TimerTick]] = []
@@ -91,10 +91,6 @@ class Crew:
         return b"armed"
 
 
-def run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 60))
-
-
 @pytest.fixture
 def sidecar(pb) -> Iterator[Sidecar]:
     TICKS.clear()
@@ -116,21 +112,12 @@ def ticks(key: str) -> list[sigx.TimerTick]:
     return [t for k, _, t in TICKS if k == key]
 
 
-async def until(what: str, check, timeout: float = 10.0) -> None:
-    """Waits for `check()` to hold (ticks arrive on the sidecar's schedule)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout} s; saw {TICKS}")
-        await asyncio.sleep(0.01)
-
-
 def test_a_one_shot_timer_ticks_once_with_its_payload(sidecar: Sidecar) -> None:
     async def main() -> None:
         async with serve(sidecar) as app:
             await app.registered()
             act = (await app.client.call("Beeper", "one", "once", b"hello")).decode()
-            await until("the one tick", lambda: ticks("one"))
+            await until("the one tick", lambda: ticks("one"), TICKS, every=0.01)
             [(key, tick_act, tick)] = TICKS
             assert (key, tick_act) == ("one", act), "a tick is a turn of the activation that set it"
             assert (tick.name, tick.payload, tick.period, tick.skipped) == ("once", b"hello", None, 0)
@@ -148,7 +135,7 @@ def test_a_periodic_timer_ticks_by_its_period_until_cancelled(sidecar: Sidecar) 
         async with serve(sidecar) as app:
             await app.registered()
             await app.client.call("Beeper", "p", "every", b"50")
-            await until("three ticks", lambda: len(ticks("p")) >= 3)
+            await until("three ticks", lambda: len(ticks("p")) >= 3, TICKS, every=0.01)
             assert await app.client.call("Beeper", "p", "stop", b"beat") == b"True"
             # The cancel ran in a turn of the (non-reentrant) activation, so no tick was running.
             stopped = len(ticks("p"))
@@ -173,7 +160,7 @@ def test_a_timer_is_gone_once_its_activation_deactivates(sidecar: Sidecar) -> No
         async with serve(sidecar) as app:
             await app.registered()
             first = (await app.client.call("Brief", "b", "every", b"40")).decode()
-            await until("the idle deactivation", lambda: DEACTIVATED, timeout=15)
+            await until("the idle deactivation", lambda: DEACTIVATED, TICKS, timeout=15, every=0.01)
             [(key, act, ticks_then)] = DEACTIVATED
             assert (key, act) == ("b", first)
             assert ticks_then >= 3, f"it ticked while alive: {TICKS}"

@@ -4,11 +4,9 @@
 // actor sets its own reminder from a turn, and bad input is INVALID with the sidecar's reason.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client, defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError } from '../dist/index.js';
-import { startSidecar, stopSidecar } from './harness.mjs';
+import { defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError } from '../dist/index.js';
+import { until, withServedApp } from './sdk-harness.mjs';
 
 /** Every delivery the handler saw: { key, reminder, ranAt }. */
 const seen = [];
@@ -34,13 +32,7 @@ const app = defineActorApp({ actors: [Alarm, Mute, Pool], name: 'ts-reminders-te
 
 const of = (key) => seen.filter((s) => s.key === key).map((s) => s.reminder);
 
-async function until(what, check, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms; saw ${JSON.stringify(seen)}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+const waitFor = (what, check, timeoutMs) => until(what, check, { timeoutMs, seen });
 
 async function settled(reminders) {
   const deadline = Date.now() + 5_000;
@@ -48,29 +40,13 @@ async function settled(reminders) {
   return reminders.list();
 }
 
-async function withSidecar(body) {
+function withSidecar(body) {
   seen.length = 0;
   activated.length = 0;
-  const dir = mkdtempSync(join(tmpdir(), 'sigx-noder-'));
-  const sidecar = await startSidecar({
-    socket: join(dir, 's.sock'),
-    env: { SIGX_STATE: 'sqlite', SIGX_STATE_PATH: join(dir, 'state.db') },
-  });
-  const drain = new AbortController();
-  let registered;
-  const ready = new Promise((r) => (registered = r));
-  const done = app.serve({ target: sidecar.target, handleSignals: false, signal: drain.signal, onRegistered: registered });
-  const client = new Client({ target: sidecar.target });
-  try {
-    await ready;
-    return await body(client);
-  } finally {
-    drain.abort();
-    await done;
-    client.close();
-    await stopSidecar(sidecar);
-    rmSync(dir, { recursive: true, force: true });
-  }
+  return withServedApp(app, {
+    prefix: 'sigx-noder-',
+    env: (dir) => ({ SIGX_STATE: 'sqlite', SIGX_STATE_PATH: join(dir, 'state.db') }),
+  }, body);
 }
 
 test('a one-shot reminder set from a client activates the actor, runs once, and is gone', () => withSidecar(async (client) => {
@@ -83,7 +59,7 @@ test('a one-shot reminder set from a client activates the actor, runs once, and 
   assert.ok(due.getTime() >= before + 300 - 200 && due.getTime() <= after + 300 + 200, `${due.toISOString()} not ~300 ms after ${before}`);
   const listed = await alarm.list();
   assert.deepEqual(listed.map((i) => [i.name, i.due.getTime(), i.periodMs, i.payload, i.failedAttempts]), [['wake', due.getTime(), 0, { hello: 'world' }, 0]]);
-  await until('the one-shot delivery', () => of('one').length > 0);
+  await waitFor('the one-shot delivery', () => of('one').length > 0);
   assert.deepEqual(activated, ['one'], 'the reminder activated the actor (nothing else called it)');
   const [r] = of('one');
   assert.deepEqual([r.name, r.payload, r.due.getTime(), r.periodMs, r.attempt], ['wake', { hello: 'world' }, due.getTime(), 0, 1]);
@@ -96,7 +72,7 @@ test('a one-shot reminder set from a client activates the actor, runs once, and 
 test('a periodic reminder ticks by its period and stops when deleted', () => withSidecar(async (client) => {
   const periodMs = 300;
   const first = await client.setReminder('Alarm', 'tick', 'tick', { at: new Date(), periodMs, payload: 'p' });
-  await until('three ticks', () => of('tick').length >= 3);
+  await waitFor('three ticks', () => of('tick').length >= 3);
   assert.equal(await client.deleteReminder('Alarm', 'tick', 'tick'), true);
   const ticks = of('tick');
   assert.equal(ticks[0].due.getTime(), first.getTime());
@@ -116,7 +92,7 @@ test('a periodic reminder ticks by its period and stops when deleted', () => wit
 test('a handler that throws sees attempt 2 of the same occurrence', () => withSidecar(async (client) => {
   const alarm = client.reminders('Alarm', 'retry');
   const due = await alarm.set('flaky', { inMs: 0, payload: 'fail-once' });
-  await until('the retry', () => of('retry').length >= 2);
+  await waitFor('the retry', () => of('retry').length >= 2);
   const [a, b] = of('retry');
   assert.deepEqual([a.attempt, b.attempt], [1, 2]);
   assert.equal(a.due.getTime(), due.getTime());
@@ -127,7 +103,7 @@ test('a handler that throws sees attempt 2 of the same occurrence', () => withSi
 
 test('an actor sets its own reminder from inside a turn (ctx.reminders)', () => withSidecar(async (client) => {
   const dueMs = await client.actor(Alarm, 'me').arm('from-myself');
-  await until('the self-set reminder', () => of('me').length > 0);
+  await waitFor('the self-set reminder', () => of('me').length > 0);
   const [r] = of('me');
   assert.deepEqual([r.name, r.payload, r.attempt, r.due.getTime()], ['self', 'from-myself', 1, dueMs]);
 }));

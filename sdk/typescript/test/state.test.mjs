@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { AppError, Client, defineActor, defineActorApp, Dispatcher, InvalidError } from '../dist/index.js';
-import { startSidecar, stopSidecar } from './harness.mjs';
+import { AppError, defineActor, defineActorApp, Dispatcher, InvalidError } from '../dist/index.js';
+import { withServedApp } from './sdk-harness.mjs';
 
 const epochs = [];
 // Keeps nothing in memory: every value it answers came from ctx.storage.
@@ -35,25 +35,11 @@ const Box = defineActor('Box', {
 });
 const app = defineActorApp({ actors: [Box], name: 'ts-state-test' });
 
-async function withSidecar(dir, name, body) {
-  const sidecar = await startSidecar({
-    socket: join(mkdtempSync(join(tmpdir(), `sigx-nodes-${name}-`)), 's.sock'),
-    env: { SIGX_STATE: 'sqlite', SIGX_STATE_PATH: join(dir, 'state.db') },
-  });
-  const drain = new AbortController();
-  let registered;
-  const ready = new Promise((r) => (registered = r));
-  const done = app.serve({ target: sidecar.target, handleSignals: false, signal: drain.signal, onRegistered: registered });
-  const client = new Client({ target: sidecar.target });
-  try {
-    await ready;
-    return await body(client);
-  } finally {
-    drain.abort();
-    await done;
-    client.close();
-    await stopSidecar(sidecar);
-  }
+function withSidecar(dir, name, body) {
+  return withServedApp(app, {
+    prefix: `sigx-nodes-${name}-`,
+    env: () => ({ SIGX_STATE: 'sqlite', SIGX_STATE_PATH: join(dir, 'state.db') }),
+  }, body);
 }
 
 function stateDir(t) {

@@ -4,11 +4,8 @@
 // without onTimer are INVALID.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Client, defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError } from '../dist/index.js';
-import { startSidecar, stopSidecar } from './harness.mjs';
+import { defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError } from '../dist/index.js';
+import { until, withServedApp } from './sdk-harness.mjs';
 
 /** Every tick a handler saw: { key, activationId, tick }. */
 const ticks = [];
@@ -44,39 +41,17 @@ const app = defineActorApp({ actors: [Beeper, Brief, Deaf, Crew], name: 'ts-time
 const of = (key) => ticks.filter((t) => t.key === key).map((t) => t.tick);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function until(what, check, timeoutMs = 10_000) {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${timeoutMs} ms; saw ${JSON.stringify(ticks)}`);
-    await sleep(10);
-  }
-}
+const waitFor = (what, check, timeoutMs) => until(what, check, { timeoutMs, seen: ticks, everyMs: 10 });
 
-async function withSidecar(body) {
+function withSidecar(body) {
   ticks.length = 0;
   deactivated.length = 0;
-  const dir = mkdtempSync(join(tmpdir(), 'sigx-nodet-'));
-  const sidecar = await startSidecar({ socket: join(dir, 's.sock') });
-  const drain = new AbortController();
-  let registered;
-  const ready = new Promise((r) => (registered = r));
-  const done = app.serve({ target: sidecar.target, handleSignals: false, signal: drain.signal, onRegistered: registered });
-  const client = new Client({ target: sidecar.target });
-  try {
-    await ready;
-    return await body(client);
-  } finally {
-    drain.abort();
-    await done;
-    client.close();
-    await stopSidecar(sidecar);
-    rmSync(dir, { recursive: true, force: true });
-  }
+  return withServedApp(app, { prefix: 'sigx-nodet-' }, body);
 }
 
 test('a one-shot timer set inside a turn ticks once with its payload', () => withSidecar(async (client) => {
   const act = await client.call('Beeper', 'one', 'once', { hello: 'world' });
-  await until('the one tick', () => of('one').length > 0);
+  await waitFor('the one tick', () => of('one').length > 0);
   assert.equal(ticks.length, 1);
   const [{ key, activationId, tick }] = ticks;
   assert.deepEqual([key, activationId], ['one', act], 'a tick is a turn of the activation that set it');
@@ -90,7 +65,7 @@ test('a one-shot timer set inside a turn ticks once with its payload', () => wit
 
 test('a periodic timer ticks by its period and stops when cancelled', () => withSidecar(async (client) => {
   await client.call('Beeper', 'p', 'every', 50);
-  await until('three ticks', () => of('p').length >= 3);
+  await waitFor('three ticks', () => of('p').length >= 3);
   assert.equal(await client.call('Beeper', 'p', 'stop', 'beat'), true);
   // The cancel ran in a turn of the (non-reentrant) activation, so no tick was running.
   const seen = of('p');
@@ -108,7 +83,7 @@ test('a periodic timer ticks by its period and stops when cancelled', () => with
 
 test('a timer is gone once its activation deactivates', () => withSidecar(async (client) => {
   const first = await client.call('Brief', 'b', 'every', 40);
-  await until('the idle deactivation', () => deactivated.length > 0, 15_000);
+  await waitFor('the idle deactivation', () => deactivated.length > 0, 15_000);
   const [{ key, activationId, ticksThen }] = deactivated;
   assert.deepEqual([key, activationId], ['b', first]);
   assert.ok(ticksThen >= 3, `it ticked while alive: ${ticksThen}`);
