@@ -24,4 +24,5 @@ pub mod mesh;
 pub mod placement;
 pub mod reminders;
 pub mod runtime;
+mod sqlite_open;
 pub mod state;

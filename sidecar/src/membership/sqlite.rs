@@ -128,8 +128,21 @@ fn unavailable(op: &'static str, e: impl std::fmt::Display) -> ProviderError {
 }
 
 /// Opens (creating if needed) the database and its schema, in WAL mode. Synchronous, so
-/// configuration can be validated before anything binds.
+/// configuration can be validated before anything binds. Hosts starting together race to
+/// prepare a fresh file; a lock conflict retries the whole open (see `sqlite_open`).
 pub fn open_connection(opts: &SqliteOptions) -> Result<Connection, SqliteOpenError> {
+    crate::sqlite_open::retry_on_lock_conflict(
+        || open_connection_once(opts),
+        |e| match e {
+            SqliteOpenError::Open { source, .. } | SqliteOpenError::Schema { source, .. } => {
+                crate::sqlite_open::is_lock_conflict(source)
+            }
+            SqliteOpenError::NotWal { .. } => false,
+        },
+    )
+}
+
+fn open_connection_once(opts: &SqliteOptions) -> Result<Connection, SqliteOpenError> {
     let path = &opts.path;
     let conn = Connection::open_with_flags(
         path,

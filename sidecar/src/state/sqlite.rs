@@ -77,7 +77,21 @@ pub struct SqliteStateStore {
 
 impl SqliteStateStore {
     /// Opens (creating if needed) the database at `path` and creates or migrates its schema.
+    /// Hosts starting together race to prepare a fresh file; a lock conflict retries the whole
+    /// open (see `sqlite_open`).
     pub fn open(path: &Path) -> Result<Self, SqliteStateError> {
+        crate::sqlite_open::retry_on_lock_conflict(
+            || Self::open_once(path),
+            |e| match e {
+                SqliteStateError::Open { source, .. } | SqliteStateError::Schema { source, .. } => {
+                    crate::sqlite_open::is_lock_conflict(source)
+                }
+                SqliteStateError::TooNew { .. } | SqliteStateError::NotWal { .. } => false,
+            },
+        )
+    }
+
+    fn open_once(path: &Path) -> Result<Self, SqliteStateError> {
         let open = |source| SqliteStateError::Open {
             path: path.to_path_buf(),
             source,
