@@ -59,7 +59,8 @@ pub struct Args {
     pub advertise: Option<String>,
 
     /// This host's id. Default: $POD_NAME (or "sigx") plus a random incarnation suffix, so a
-    /// restarted sidecar is a new host.
+    /// restarted sidecar is a new host. An explicit id held by another live process makes this
+    /// one exit 64; one left by a dead process is taken once its record lapses (TTL + margin).
     #[arg(long, env = "SIGX_HOST_ID")]
     pub host_id: Option<String>,
 

@@ -20,6 +20,7 @@ pub struct HostState {
     ready: watch::Sender<bool>,
     leaving: watch::Sender<bool>,
     fence: watch::Sender<Option<String>>,
+    unusable: watch::Sender<Option<String>>,
     metrics: Mutex<Option<Arc<dyn Fn() -> String + Send + Sync>>>,
 }
 
@@ -39,6 +40,7 @@ impl Default for HostState {
             ready: watch::channel(false).0,
             leaving: watch::channel(false).0,
             fence: watch::channel(None).0,
+            unusable: watch::channel(None).0,
             metrics: Mutex::new(None),
         }
     }
@@ -90,6 +92,31 @@ impl HostState {
     /// Why the host fenced, if it did.
     pub fn fence_reason(&self) -> Option<String> {
         self.fence.borrow().clone()
+    }
+    /// The host found after start-up that its configuration cannot work (its explicit host id
+    /// is held by another live process): the process should exit as for a configuration error
+    /// (64) rather than run on unready. The first reason wins.
+    pub fn set_unusable(&self, reason: String) {
+        self.unusable.send_if_modified(|u| {
+            if u.is_some() {
+                return false;
+            }
+            *u = Some(reason);
+            true
+        });
+        self.ready.send_replace(false);
+    }
+    /// Waits until [`HostState::set_unusable`] is called; returns its reason.
+    pub async fn unusable(&self) -> String {
+        let mut rx = self.unusable.subscribe();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return reason;
+            }
+            if rx.changed().await.is_err() {
+                return futures::future::pending().await;
+            }
+        }
     }
     /// Watches the fence.
     pub fn watch_fence(&self) -> watch::Receiver<Option<String>> {

@@ -37,9 +37,20 @@ fn main() {
                 return if e.is_config() { EXIT_USAGE } else { 1 };
             }
         };
-        if let Err(e) = host::first_signal().await {
-            tracing::error!("cannot install signal handlers: {e}");
-            return 1;
+        let state = host.state.clone();
+        tokio::select! {
+            signal = host::first_signal() => {
+                if let Err(e) = signal {
+                    tracing::error!("cannot install signal handlers: {e}");
+                    return 1;
+                }
+            }
+            reason = state.unusable() => {
+                // Found after start-up (nothing was joined): stop at once, as for a bad flag.
+                eprintln!("sigx-sidecar: cannot run: {reason}");
+                host.stop(StopKind::Fast).await;
+                return EXIT_USAGE;
+            }
         }
         tracing::info!("stop requested: graceful stop (signal again to skip to a fast exit)");
         let cluster = host.cluster.clone();

@@ -229,10 +229,11 @@ async fn attach_app(s: &Sidecar) -> support::TestApp {
 }
 
 /// Two real `sigx-sidecar` processes started with the same `--host-id` on one SQLite file: the
-/// second is refused (it never becomes ready, and says why, naming the id and the holder), while
-/// the first keeps its lease and keeps serving calls.
+/// second sees the record renewed by a live holder and exits 64 (a configuration error), naming
+/// the id and the holder, instead of retrying its join forever; the first keeps its lease and
+/// keeps serving calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_processes_with_one_host_id_the_second_is_refused_the_first_keeps_serving() {
+async fn two_processes_with_one_host_id_the_second_exits_64_the_first_keeps_serving() {
     let dir = TempDir::new("processes");
     let mut first = sidecar(&dir.0, "first", "dup");
     let _first_app = attach_app(&first).await;
@@ -247,23 +248,19 @@ async fn two_processes_with_one_host_id_the_second_is_refused_the_first_keeps_se
 
     let mut second = sidecar(&dir.0, "second", "dup");
     let _second_app = attach_app(&second).await;
-    // The refusal is logged, naming the id and the first process's holder.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = std::fs::read_to_string(&second.log).unwrap_or_default();
-        if log.contains("\"dup\" is held by") && log.contains(&holder) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the second process never reported the conflict:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // Several TTLs later: the second never became ready, the first never fenced.
-    for _ in 0..10 {
+    let status = tokio::time::timeout(Duration::from_secs(10), second.child.wait())
+        .await
+        .expect("the second process never exited")
+        .unwrap();
+    let log = std::fs::read_to_string(&second.log).unwrap_or_default();
+    assert_eq!(status.code(), Some(64), "{log}");
+    assert!(
+        log.contains("host id \"dup\" is in use") && log.contains(&holder),
+        "the exit does not name the id and the live holder:\n{log}"
+    );
+    // Meanwhile and after: the first never fenced and still serves.
+    for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_ne!(support::http_get(second.health, "/readyz").await, 200);
         assert_eq!(support::http_get(first.health, "/readyz").await, 200);
         assert_eq!(support::http_get(first.health, "/livez").await, 200);
     }
@@ -275,6 +272,35 @@ async fn two_processes_with_one_host_id_the_second_is_refused_the_first_keeps_se
         first.child.try_wait().unwrap().is_none(),
         "the first exited"
     );
-    let _ = second.child.start_kill();
     let _ = first.child.start_kill();
+}
+
+/// A process with an explicit `--host-id` killed with SIGKILL and started again under the same
+/// id, with no other host to expire its record: the new incarnation watches the dead one's
+/// record, sees it unrenewed for its TTL plus the margin, expires it, and joins (before, it
+/// retried its join forever and never became ready).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_under_the_same_host_id_joins_once_the_dead_record_lapses() {
+    let dir = TempDir::new("restart");
+    let mut first = sidecar(&dir.0, "first", "again");
+    let first_app = attach_app(&first).await;
+    support::wait_ready(first.health, Duration::from_secs(20)).await;
+    let probe = SqliteProvider::open(&opts(&dir.db()), "probe").unwrap();
+    let dead = probe.read("again").await.unwrap().expect("a row").holder;
+    first.child.kill().await.unwrap();
+    drop(first_app);
+
+    let second = sidecar(&dir.0, "second", "again");
+    let _second_app = attach_app(&second).await;
+    // TTL 600 ms + margin 60 ms, polled every 75 ms: ready well within a few seconds.
+    support::wait_ready(second.health, Duration::from_secs(10)).await;
+    let now = probe
+        .read("again")
+        .await
+        .unwrap()
+        .expect("the new row")
+        .holder;
+    assert!(now.starts_with("again/") && now != dead, "{now} vs {dead}");
+    let log = std::fs::read_to_string(&second.log).unwrap_or_default();
+    assert!(log.contains("lapsed; expired it"), "{log}");
 }

@@ -7,9 +7,10 @@ use crate::directory::{
     DirView, Directory, DirectoryConfig, KnownFromViews, PeerInfo, PeerStatus, ViewCell, ViewSource,
 };
 use crate::health::HostState;
+use crate::membership::held_identity::HeldIdentity;
 use crate::membership::{
-    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipHandle,
-    MembershipProvider, MembershipView, Subscription,
+    FenceReason, HostDescriptor, HostStatus, MembershipConfig, MembershipError, MembershipHandle,
+    MembershipProvider, MembershipView, ProviderError, Subscription,
 };
 use crate::mesh::{
     MeshAuth, MeshClient, MeshClientConfig, MeshServerConfig, MeshService, TcpMeshListener,
@@ -280,6 +281,37 @@ pub(crate) async fn bring_up(b: BringUp) {
             .await
             {
                 Ok(m) => break m,
+                Err(MembershipError::Provider(ProviderError::Conflict { holder, .. })) => {
+                    // Our explicit id is held by another incarnation: a live process (stop
+                    // loudly) or a dead one whose record has not lapsed (expire it, join).
+                    let judged = crate::membership::held_identity::judge_held_record(
+                        provider.as_ref(),
+                        &cfg.host_id,
+                        mcfg.drift_margin,
+                        &opts.clock,
+                    )
+                    .await;
+                    match judged {
+                        Ok(HeldIdentity::Free) => continue,
+                        Ok(HeldIdentity::Live { holder: live }) => {
+                            let reason = format!(
+                                "host id {:?} is in use: its membership record is held and renewed \
+                                 by another live process ({live}); give every process its own \
+                                 --host-id, or leave it unset for the pod name plus an \
+                                 incarnation suffix",
+                                cfg.host_id
+                            );
+                            tracing::error!(first_holder = %holder, "{reason}");
+                            state.set_unusable(reason);
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot judge the record holding our host id; retrying");
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(5));
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "join failed; retrying");
                     tokio::time::sleep(backoff).await;

@@ -40,6 +40,7 @@ pub mod config;
 pub mod descriptor;
 pub mod handle;
 pub mod heartbeat;
+pub mod held_identity;
 pub mod kubernetes;
 pub mod memory;
 pub mod provider;
