@@ -4,7 +4,7 @@
 
 use sigx_sidecar::clock::{ManualClock, SharedClock};
 use sigx_sidecar::membership::{
-    ExpiryCheck, FenceReason, HostDescriptor, HostStatus, LostCause, MemberFilter,
+    DeletionCheck, ExpiryCheck, FenceReason, HostDescriptor, HostStatus, LostCause, MemberFilter,
     MembershipConfig, MembershipHandle, MembershipProvider, MemoryHub, members_memo, start,
 };
 use std::sync::Arc;
@@ -212,10 +212,16 @@ async fn expire_makes_a_worker_only_host_rejoin_under_the_same_id() {
     assert!(c.is_self_active());
 }
 
+/// A third party deletes a live stateful host's record (`kubectl delete lease`, Pod GC): the
+/// host learns it from its own feed and fences at once, but the deletion proves nothing about
+/// turns it still runs, so survivors keep it in their views until its last renewal is past its
+/// TTL plus the margin (issue 12, hole D); with the check deliberately broken they drop it at
+/// once.
 #[tokio::test(start_paused = true)]
-async fn kill_fences_a_stateful_host_at_once_and_survivors_drop_it() {
+async fn kill_fences_a_stateful_host_at_once_and_survivors_wait_out_its_lease() {
     let hub = MemoryHub::new();
     let [a, b, c] = three(&hub, true).await;
+    let killed = Instant::now();
     assert!(hub.kill("c"));
     // The deletion comes through c's own feed: proof of loss, no waiting for a beat.
     let mut fenced = c.fenced_signal();
@@ -224,9 +230,41 @@ async fn kill_fences_a_stateful_host_at_once_and_survivors_drop_it() {
         .expect("immediate fence")
         .unwrap();
     assert_eq!(c.fence_state(), Some(FenceReason::Lost(LostCause::Deleted)));
+    // c renewed at most a beat before the deletion: its turns may run until TTL after that.
+    tokio::time::sleep(TTL - BEAT).await;
     for s in [&a, &b] {
-        wait_gone(s, "c", Duration::from_millis(50)).await;
+        assert!(
+            s.view().get("c").is_some(),
+            "{} dropped c {:?} after a third-party deletion, before its lease lapsed",
+            s.self_id(),
+            killed.elapsed()
+        );
     }
+    for s in [&a, &b] {
+        let gone = wait_gone(s, "c", BEAT + DRIFT + BEAT).await;
+        assert!(gone.duration_since(killed) <= TTL + DRIFT + BEAT);
+    }
+    // The hub has no record to expire: nobody counts an expiry.
+    assert_eq!(
+        a.counters().expiries_observed + b.counters().expiries_observed,
+        0
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn broken_variant_trusting_a_deletion_drops_a_live_host_at_once() {
+    let hub = MemoryHub::new();
+    let broken = MembershipConfig {
+        deletion_check: DeletionCheck::TrustDeletion,
+        ..cfg()
+    };
+    let a = host_with(&hub, "a", true, broken, Arc::new(clock())).await;
+    let _c = host(&hub, "c", true).await;
+    a.wait_for_view(Duration::from_secs(1), |v| v.get("c").is_some())
+        .await
+        .unwrap();
+    assert!(hub.kill("c"));
+    wait_gone(&a, "c", Duration::from_millis(50)).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -284,9 +284,28 @@ async fn a_cursor_older_than_the_compacted_log_reads_a_snapshot() {
         ChangeBatch::Changes { changes, cursor } => {
             assert_eq!(changes.len(), 2);
             assert!(
-                matches!(changes[1], sigx_sidecar::membership::Change::Delete { ref id, version } if id == "w" && version == cursor)
+                matches!(changes[1], sigx_sidecar::membership::Change::Delete { ref id, version, withdrawn: true } if id == "w" && version == cursor)
             );
         }
+        ChangeBatch::Snapshot { .. } => panic!("a current cursor must read the changes"),
+    }
+    // A deletion by anyone but the holder (a peer's expiry) is not a withdrawal.
+    let v = writer.join(&d, TTL).await.unwrap();
+    assert_eq!(
+        observer.delete_if("w", v).await.unwrap(),
+        sigx_sidecar::membership::DeleteOutcome::Deleted
+    );
+    match observer.changes_since(Some(v)).await.unwrap() {
+        ChangeBatch::Changes { changes, .. } => assert!(
+            matches!(
+                changes[..],
+                [sigx_sidecar::membership::Change::Delete {
+                    withdrawn: false,
+                    ..
+                }]
+            ),
+            "{changes:?}"
+        ),
         ChangeBatch::Snapshot { .. } => panic!("a current cursor must read the changes"),
     }
 }

@@ -27,6 +27,27 @@ pub struct MembershipConfig {
     /// this, to show what self-fencing prevents.
     #[doc(hidden)]
     pub self_fence: SelfFence,
+    /// When an observer drops a peer whose record another party deleted. Only tests change
+    /// this, to show what waiting out the lease prevents.
+    #[doc(hidden)]
+    pub deletion_check: DeletionCheck,
+}
+
+/// When an observer drops a peer whose record the feed shows deleted by someone other than its
+/// holder.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeletionCheck {
+    /// A withdrawal by the holder is acted on at once; any other deletion only once the
+    /// peer's last renewal this host saw is older than its TTL plus the drift margin, when every
+    /// turn it handed out is past its not-after (DESIGN.md §3).
+    #[default]
+    WaitForLapse,
+    /// DELIBERATELY BROKEN, for tests only: drop the peer as soon as the feed shows its record
+    /// gone. A third party deleting a live host's record (`kubectl delete lease`, Pod garbage
+    /// collection) then lets peers re-activate actors whose turns still run there (issue 12,
+    /// hole D).
+    TrustDeletion,
 }
 
 /// Whether a host judges its own lease (the HeartbeatClock) before serving.
@@ -70,6 +91,7 @@ impl Default for MembershipConfig {
             rejoin_backoff_max: Duration::from_secs(30),
             expiry_check: ExpiryCheck::FreshRead,
             self_fence: SelfFence::OnExpiry,
+            deletion_check: DeletionCheck::WaitForLapse,
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use super::MembershipError;
 use super::coalesce::{ReadFn, RefreshCoalescer};
-use super::config::{ExpiryCheck, MembershipConfig, SelfFence};
+use super::config::{DeletionCheck, ExpiryCheck, MembershipConfig, SelfFence};
 use super::descriptor::{HostDescriptor, HostStatus};
 use super::heartbeat::{FenceReason, HeartbeatClock, LostCause};
 use super::provider::{
@@ -106,6 +106,11 @@ struct Tracked {
     /// in log order: when the feed (or a snapshot read after the confirmation) no longer has
     /// the record. Until then the record stays in the view and is not judged again.
     departed: Option<u64>,
+    /// The feed delivered a deletion of the record, at this version, by someone other than its
+    /// holder (a third party, or a peer's expiry this host has not judged itself). That proves
+    /// nothing about turns still running on the host, so the record stays in the view until
+    /// its last renewal seen is older than its TTL plus the margin ([`DeletionCheck`]).
+    deleted: Option<u64>,
 }
 
 impl Tracked {
@@ -115,7 +120,15 @@ impl Tracked {
             last_change: now,
             judged: None,
             departed: None,
+            deleted: None,
         }
+    }
+
+    /// Whether every turn the host could have handed out under the newest renewal we know of
+    /// is past its not-after, on our clock.
+    fn lapsed(&self, now: Instant, margin: Duration) -> bool {
+        self.departed.is_some()
+            || now.saturating_duration_since(self.last_change) > self.newest().ttl + margin
     }
 
     /// The newest state known of the record: the feed's, or a fresher one from a fresh read.
@@ -144,6 +157,10 @@ impl Tracked {
         if self.departed.is_some_and(|v| v < record.version) {
             // Written again after the deletion we confirmed (a worker-only host rejoining).
             self.departed = None;
+        }
+        if self.deleted.is_some_and(|v| v < record.version) {
+            // Written again after the deletion (a worker-only host rejoining).
+            self.deleted = None;
         }
         self.record = record;
     }
@@ -511,6 +528,18 @@ impl Inner {
                     };
                     next.insert(tracked.record.id().to_string(), tracked);
                 }
+                // Records gone from the snapshot: a deletion this host did not see, by whom it
+                // cannot tell. Peers stay until their lease would have lapsed.
+                let margin = self.cfg.drift_margin;
+                for (id, mut t) in old {
+                    if id != self.self_id
+                        && self.cfg.deletion_check == DeletionCheck::WaitForLapse
+                        && !t.lapsed(now, margin)
+                    {
+                        t.deleted.get_or_insert(new_cursor);
+                        next.insert(id, t);
+                    }
+                }
                 changed = before.len() != next.len()
                     || before
                         .iter()
@@ -568,7 +597,11 @@ impl Inner {
                     }
                 }
             }
-            Change::Delete { id, version } => {
+            Change::Delete {
+                id,
+                version,
+                withdrawn,
+            } => {
                 if obs.tombstones.get(&id).is_some_and(|&v| version <= v) {
                     obs.tombstones.remove(&id);
                     return false;
@@ -581,6 +614,18 @@ impl Inner {
                     // Proof that our record is gone: fire at once, whatever the clocks say.
                     self.hb.lost(LostCause::Deleted);
                     self.lapse(FenceReason::Lost(LostCause::Deleted));
+                }
+                if id != self.self_id
+                    && !withdrawn
+                    && self.cfg.deletion_check == DeletionCheck::WaitForLapse
+                    && let Some(t) = obs.records.get_mut(&id)
+                    && !t.lapsed(now, self.cfg.drift_margin)
+                {
+                    // Deleted under a host that may still be running turns: keep it until
+                    // they are all past their not-after (the sweep drops it then).
+                    debug!(peer = %id, "peer's record deleted by another party; waiting out its lease");
+                    t.deleted = Some(version);
+                    return false;
                 }
                 obs.records.remove(&id).is_some()
             }
@@ -717,8 +762,29 @@ impl Inner {
     /// (from the feed or an earlier fresh read); candidates are confirmed by a fresh read still
     /// showing that renewal, then deleted by compare-and-swap on the version read (so the peer
     /// learns it is gone and every view converges) and published in log order.
+    /// Drops the peers whose deletion ([`Tracked::deleted`]) was waiting for their lease to
+    /// lapse and now has.
+    fn drop_lapsed_deletions(&self, now: Instant) {
+        let mut obs = self.observed.lock().expect("observed lock");
+        let lapsed: Vec<String> = obs
+            .records
+            .values()
+            .filter(|t| t.deleted.is_some() && t.lapsed(now, self.cfg.drift_margin))
+            .map(|t| t.record.id().to_string())
+            .collect();
+        if lapsed.is_empty() {
+            return;
+        }
+        for id in &lapsed {
+            obs.records.remove(id);
+            info!(peer = %id, "deleted peer dropped: its last renewal is past its TTL and margin");
+        }
+        self.publish(&mut obs);
+    }
+
     async fn sweep(&self) {
         let now = self.clock.now();
+        self.drop_lapsed_deletions(now);
         let (candidates, pending): (Vec<LeaseRecord>, bool) = {
             let obs = self.observed.lock().expect("observed lock");
             let peers = || {
@@ -727,7 +793,7 @@ impl Inner {
                     .filter(|t| t.record.id() != self.self_id)
             };
             let candidates = peers()
-                .filter(|t| t.departed.is_none())
+                .filter(|t| t.departed.is_none() && t.deleted.is_none())
                 .filter(|t| {
                     now.saturating_duration_since(t.last_change)
                         > t.newest().ttl + self.cfg.drift_margin

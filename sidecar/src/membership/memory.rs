@@ -116,7 +116,9 @@ impl MemoryHub {
         self.inner.notify.send_replace(seq);
     }
 
-    /// A crash the host is told about: its record is deleted through the change log.
+    /// A third party deletes a host's record through the change log (`kubectl delete lease`,
+    /// Pod garbage collection): the host learns it from its own feed and fences (or, worker-only,
+    /// rejoins); its peers drop it only once its lease would have lapsed anyway.
     pub fn kill(&self, host_id: &str) -> bool {
         let mut s = self.lock();
         if s.leases.remove(host_id).is_none() {
@@ -127,6 +129,7 @@ impl MemoryHub {
         let seq = s.record(Change::Delete {
             id: host_id.to_string(),
             version: seq_now,
+            withdrawn: false,
         });
         drop(s);
         self.notify(seq);
@@ -315,6 +318,7 @@ impl MembershipProvider for MemoryProvider {
         let seq = s.record(Change::Delete {
             id: self.host_id.clone(),
             version: seq_now,
+            withdrawn: true,
         });
         self.hub.inner.writes.fetch_add(1, Ordering::Relaxed);
         drop(s);
@@ -377,6 +381,7 @@ impl MembershipProvider for MemoryProvider {
         let seq = s.record(Change::Delete {
             id: id.to_string(),
             version: seq_now,
+            withdrawn: false,
         });
         self.hub.inner.writes.fetch_add(1, Ordering::Relaxed);
         drop(s);

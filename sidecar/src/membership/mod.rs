@@ -49,7 +49,7 @@ pub mod view;
 
 pub use coalesce::RefreshCoalescer;
 pub use config::{
-    ExpiryCheck, MembershipConfig, MembershipConfigError, SelfFence, validate_timing,
+    DeletionCheck, ExpiryCheck, MembershipConfig, MembershipConfigError, SelfFence, validate_timing,
 };
 pub use descriptor::{DescriptorError, HostDescriptor, HostStatus};
 pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};

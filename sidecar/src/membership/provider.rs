@@ -48,6 +48,12 @@ pub enum Change {
         id: String,
         /// The store version of the deletion (or of the record's last state).
         version: u64,
+        /// The record's own holder withdrew it (a graceful stop, or a fenced host once its
+        /// turns were over): proof that the host hands out nothing more, so observers drop it
+        /// at once. Any other deletion (a peer's expiry, `kubectl delete lease`, Pod garbage
+        /// collection) proves nothing about turns still running on that host: observers drop
+        /// it only once its last renewal they saw is older than its TTL plus the margin.
+        withdrawn: bool,
     },
 }
 

@@ -216,18 +216,36 @@ fn record_from(
     })
 }
 
+/// One change-log row. A delete row names the holder only when that holder withdrew its own
+/// record (see [`Change::Delete::withdrawn`]); a peer's expiry leaves it empty.
+enum LogRow<'a> {
+    Upsert {
+        holder: &'a str,
+        descriptor: &'a str,
+        ttl_ms: i64,
+    },
+    Withdrawn {
+        holder: &'a str,
+    },
+    Deleted,
+}
+
 /// Appends to the log inside the caller's write transaction; returns the new sequence number.
-fn append(
-    tx: &rusqlite::Transaction<'_>,
-    id: &str,
-    upsert: Option<(&str, &str, i64)>,
-) -> rusqlite::Result<i64> {
-    match upsert {
-        Some((holder, descriptor, ttl_ms)) => tx.execute(
+fn append(tx: &rusqlite::Transaction<'_>, id: &str, row: LogRow<'_>) -> rusqlite::Result<i64> {
+    match row {
+        LogRow::Upsert {
+            holder,
+            descriptor,
+            ttl_ms,
+        } => tx.execute(
             "INSERT INTO sigx_changes (id, op, holder, descriptor, ttl_ms) VALUES (?1, 'upsert', ?2, ?3, ?4)",
             params![id, holder, descriptor, ttl_ms],
         )?,
-        None => tx.execute(
+        LogRow::Withdrawn { holder } => tx.execute(
+            "INSERT INTO sigx_changes (id, op, holder) VALUES (?1, 'delete', ?2)",
+            params![id, holder],
+        )?,
+        LogRow::Deleted => tx.execute(
             "INSERT INTO sigx_changes (id, op) VALUES (?1, 'delete')",
             params![id],
         )?,
@@ -358,8 +376,12 @@ impl SqliteProvider {
                     // path of the Kubernetes provider, taken in one step).
                     (Some((_, version, ttl_ms)), false) => (ttl_ms, Some(version)),
                 };
-                let seq = append(&tx, &id, Some((&me, &json, ttl_ms)))
-                    .map_err(|e| unavailable(op, e))?;
+                let row = LogRow::Upsert {
+                    holder: &me,
+                    descriptor: &json,
+                    ttl_ms,
+                };
+                let seq = append(&tx, &id, row).map_err(|e| unavailable(op, e))?;
                 let changed = match cas_version {
                     Some(v) => tx.execute(
                         "UPDATE sigx_leases SET holder = ?2, descriptor = ?3, ttl_ms = ?4, version = ?5
@@ -474,9 +496,10 @@ fn read_changes(conn: &mut Connection, cursor: Option<u64>) -> Result<ChangeBatc
                     ("upsert", Some(holder), Some(descriptor), Some(ttl_ms)) => {
                         Change::Upsert(record_from(id, holder, descriptor, ttl_ms, seq)?)
                     }
-                    _ => Change::Delete {
+                    (_, holder, _, _) => Change::Delete {
                         id,
                         version: seq as u64,
+                        withdrawn: holder.is_some(),
                     },
                 });
             }
@@ -547,7 +570,8 @@ impl MembershipProvider for SqliteProvider {
                 if n == 0 {
                     return Ok(None);
                 }
-                let seq = append(&tx, &me, None).map_err(|e| unavailable(op, e))?;
+                let row = LogRow::Withdrawn { holder: &holder };
+                let seq = append(&tx, &me, row).map_err(|e| unavailable(op, e))?;
                 tx.commit().map_err(|e| unavailable(op, e))?;
                 Ok(Some(seq as u64))
             })
@@ -614,7 +638,7 @@ impl MembershipProvider for SqliteProvider {
                     params![id, version as i64],
                 )
                 .map_err(|e| unavailable(op, e))?;
-                let seq = append(&tx, &id, None).map_err(|e| unavailable(op, e))?;
+                let seq = append(&tx, &id, LogRow::Deleted).map_err(|e| unavailable(op, e))?;
                 tx.commit().map_err(|e| unavailable(op, e))?;
                 Ok((DeleteOutcome::Deleted, Some(seq as u64)))
             })

@@ -156,7 +156,17 @@ pub(super) fn spawn(
                         .as_deref()
                         .and_then(|rv| rv.parse().ok())
                         .unwrap_or(0);
-                    cache.push(Change::Delete { id, version });
+                    let withdrawn = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(super::WITHDRAWN_ANNOTATION))
+                        .is_some_and(|v| v == "true");
+                    cache.push(Change::Delete {
+                        id,
+                        version,
+                        withdrawn,
+                    });
                 }
                 Err(e) => {
                     debug!(error = %e, "lease watch failed; it re-lists after a backoff");
@@ -182,6 +192,7 @@ mod tests {
         c.push(Change::Delete {
             id: "x".into(),
             version: 3,
+            withdrawn: true,
         });
         assert!(
             matches!(c.since(Some(at)), ChangeBatch::Changes { ref changes, .. } if changes.len() == 1)

@@ -67,6 +67,12 @@ pub const ROLE_LABEL: &str = "actors.sigx.dev/role";
 pub const DESCRIPTOR_ANNOTATION: &str = "actors.sigx.dev/descriptor";
 /// Annotation holding the exact lease TTL in milliseconds.
 pub const TTL_ANNOTATION: &str = "actors.sigx.dev/lease-ttl-ms";
+/// Written by the holder on its Lease right before it deletes it (a graceful stop, or a fenced
+/// host whose turns are over): the watch's DELETED event carries the Lease's last state, so
+/// observers can tell a withdrawal, which they act on at once, from any other deletion
+/// (`kubectl delete lease`, Pod garbage collection, a peer's expiry), after which they wait out
+/// the TTL (see [`Change::Delete`]).
+pub const WITHDRAWN_ANNOTATION: &str = "actors.sigx.dev/withdrawn";
 
 #[derive(Default)]
 struct Own {
@@ -291,6 +297,45 @@ impl KubernetesProvider {
         Ok(version)
     }
 
+    /// Marks our Lease withdrawn ([`WITHDRAWN_ANNOTATION`]) so that the DELETE after it reads
+    /// as a withdrawal to every watcher. A fresh read first: the PUT carries its uid and
+    /// resourceVersion as preconditions. A Lease gone or no longer ours has nothing to withdraw.
+    async fn mark_withdrawn(&self) -> Result<(), ProviderError> {
+        for _ in 0..3 {
+            let current = self
+                .api
+                .get_opt(&self.host_id)
+                .await
+                .map_err(|e| unavailable("withdraw", e))?;
+            let Some(mut lease) = current.filter(|l| self.loss_in(Some(l)).is_none()) else {
+                return Ok(());
+            };
+            lease
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(WITHDRAWN_ANNOTATION.into(), "true".into());
+            match self
+                .api
+                .replace(&self.host_id, &PostParams::default(), &lease)
+                .await
+            {
+                Ok(written) => {
+                    self.own.lock().expect("own lock").resource_version =
+                        written.metadata.resource_version;
+                    return Ok(());
+                }
+                Err(e) if api_code(&e) == Some(404) => return Ok(()),
+                Err(e) if api_code(&e) == Some(409) => continue,
+                Err(e) => return Err(unavailable("withdraw", e)),
+            }
+        }
+        Err(unavailable(
+            "withdraw",
+            "conflicting writes kept racing the withdrawal mark",
+        ))
+    }
+
     /// Why a fresh read of our Lease, taken after a 409, proves it is no longer ours: gone, not
     /// the Lease we created (another uid), or held by another incarnation. None: still ours.
     fn loss_in(&self, current: Option<&Lease>) -> Option<LostCause> {
@@ -429,6 +474,7 @@ impl MembershipProvider for KubernetesProvider {
     }
 
     async fn withdraw(&self) -> Result<(), ProviderError> {
+        self.mark_withdrawn().await?;
         for _ in 0..3 {
             let (rv, uid) = {
                 let own = self.own.lock().expect("own lock");
