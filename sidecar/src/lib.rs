@@ -10,6 +10,7 @@
 //! * [`placement`]: registration-aware choice of a host, and the routing loop.
 //! * [`mesh`]: the authenticated host-to-host gRPC transport.
 //! * [`health`]: `/livez`, `/readyz`, `/startupz` and `/metrics`.
+//! * [`metrics`]: the `/metrics` text: counters, gauges and latency histograms.
 //! * [`host`]: wires the pieces together and runs the lifecycle.
 #![forbid(unsafe_code)]
 
@@ -21,6 +22,7 @@ pub mod health;
 pub mod host;
 pub mod membership;
 pub mod mesh;
+pub mod metrics;
 pub mod placement;
 pub mod reminders;
 pub mod runtime;

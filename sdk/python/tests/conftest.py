@@ -97,8 +97,8 @@ def start_sidecar(dir: Path, pb, extra_env: dict[str, str] | None = None) -> Sid
         SIGX_HOST_ID="py-host",
         SIGX_INSECURE="true",
         SIGX_DRAIN_TIMEOUT_MS="5000",
-        **(extra_env or {}),
     )
+    env.update(extra_env or {})
     with open(log, "wb") as out:
         process = subprocess.Popen([sidecar_binary()], env=env, stdout=out, stderr=out)
     sidecar = Sidecar(process, socket, log)

@@ -263,11 +263,21 @@ impl ActorHost for AppService {
             ))
             .into());
         }
-        let payload = self
+        let clock = self.runtime.config().clock.clone();
+        let started = clock.now();
+        let answer = self
             .dispatcher
             .call(actor, req.method, req.payload, deadline)
-            .await?;
-        Ok(Response::new(v1::CallResponse { payload }))
+            .await;
+        let kind = match &answer {
+            Ok(_) => "ok",
+            Err(e) => e.kind.as_str(),
+        };
+        self.runtime
+            .counters()
+            .histograms
+            .call(kind, clock.now().duration_since(started));
+        Ok(Response::new(v1::CallResponse { payload: answer? }))
     }
 
     async fn members(

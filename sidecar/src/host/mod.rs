@@ -585,39 +585,15 @@ fn render_metrics(
     state: &HostState,
     cluster: Option<Vec<(String, u64)>>,
 ) -> String {
-    use prometheus_client::encoding::text::encode;
-    use prometheus_client::metrics::gauge::Gauge;
-    use prometheus_client::registry::Registry;
-    let mut registry = Registry::with_prefix("sigx");
-    let mut all: std::collections::BTreeMap<String, u64> = runtime.counters().snapshot();
+    let mut all = runtime.counters().snapshot();
     all.extend(cluster.unwrap_or_default());
-    for (name, value) in all {
-        let g: Gauge<u64, std::sync::atomic::AtomicU64> = Gauge::default();
-        g.set(value);
-        registry.register(snake(&name), format!("counter {name}"), g);
-    }
-    let ready: Gauge = Gauge::default();
-    ready.set(state.ready() as i64);
-    registry.register("ready", "1 while the host is ready", ready);
-    let fenced: Gauge = Gauge::default();
-    fenced.set(state.fence_reason().is_some() as i64);
-    registry.register("fenced", "1 once the host has fenced", fenced);
-    let mut out = String::new();
-    let _ = encode(&mut out, &registry);
-    out
-}
-
-fn snake(name: &str) -> String {
-    let mut s = String::new();
-    for c in name.chars() {
-        if c.is_ascii_uppercase() {
-            s.push('_');
-            s.push(c.to_ascii_lowercase());
-        } else {
-            s.push(c);
-        }
-    }
-    s
+    crate::metrics::render(
+        all,
+        state.ready(),
+        state.fence_reason().is_some(),
+        &runtime.counters().histograms,
+        &runtime.counters().reminders.lateness,
+    )
 }
 
 /// Waits for SIGTERM or SIGINT.

@@ -101,6 +101,8 @@ pub struct ReminderCounters {
     pub lateness_count: AtomicU64,
     /// The largest lateness seen, ms.
     pub lateness_ms_max: AtomicU64,
+    /// The same first-delivery lateness, as a histogram for `/metrics`.
+    pub lateness: crate::metrics::LatenessHistogram,
 }
 
 impl ReminderCounters {
@@ -301,6 +303,7 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         c.lateness_ms_sum.fetch_add(late, Ordering::Relaxed);
         c.lateness_count.fetch_add(1, Ordering::Relaxed);
         c.lateness_ms_max.fetch_max(late, Ordering::Relaxed);
+        c.lateness.0.observe(late as f64 / 1000.0);
     }
     let deadline = ctx.clock.now() + ctx.cfg.call_timeout;
     let outcome = ctx

@@ -152,6 +152,8 @@ pub struct RuntimeCounters {
     pub timer_ticks_skipped: AtomicU64,
     /// The reminder owner's counters (set through this host, delivered by it).
     pub reminders: Arc<crate::reminders::ReminderCounters>,
+    /// Latency histograms (calls, turns, state commits, reminder lateness) for `/metrics`.
+    pub histograms: crate::metrics::Histograms,
 }
 
 impl RuntimeCounters {

@@ -57,7 +57,17 @@ impl Runtime {
             )));
         }
         let counters = &self.inner.counters;
-        match self.inner.cfg.state.commit(actor, epoch, &writes).await {
+        let started = self.inner.cfg.clock.now();
+        let committed = self.inner.cfg.state.commit(actor, epoch, &writes).await;
+        counters.histograms.state_commits.observe(
+            self.inner
+                .cfg
+                .clock
+                .now()
+                .duration_since(started)
+                .as_secs_f64(),
+        );
+        match committed {
             Ok(()) => {
                 counters.state_commits.fetch_add(1, Ordering::Relaxed);
                 pass(outcome)

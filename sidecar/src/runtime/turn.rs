@@ -123,6 +123,7 @@ impl Caller {
             actor: actor.clone(),
             method: method.to_string(),
             epoch,
+            started: now,
             slow_at: now + rt.inner.cfg.slow_turn,
             idle,
         };
@@ -173,6 +174,8 @@ struct RunningTurn {
     actor: ActorId,
     method: String,
     epoch: u64,
+    /// When the turn was handed to the app (for the turn-duration histogram).
+    started: Instant,
     slow_at: Instant,
     /// Whether the turn's end counts as activity for the idle timeout (not for timer ticks).
     idle: bool,
@@ -207,6 +210,11 @@ impl RunningTurn {
     /// The turn answered: count it and admit the next.
     fn finished(&mut self, outcome: &TurnOutcome) {
         self.turn = None;
+        self.rt
+            .inner
+            .counters
+            .histograms
+            .turn(&self.actor.actor_type, self.started.elapsed());
         if let Err(e) = outcome
             && e.kind == ErrorKind::App
         {
@@ -238,6 +246,7 @@ impl Drop for RunningTurn {
             actor: self.actor.clone(),
             method: std::mem::take(&mut self.method),
             epoch: self.epoch,
+            started: self.started,
             slow_at: self.slow_at,
             idle: self.idle,
         };
