@@ -6,7 +6,7 @@
 use sigx_e2e::sim::faults::{Named, corpus};
 use sigx_e2e::sim::{self, Promise, SimConfig, SimReport};
 use sigx_sidecar::directory::ProtocolFaults;
-use sigx_sidecar::membership::ExpiryCheck;
+use sigx_sidecar::membership::{DeletionCheck, ExpiryCheck};
 use std::time::Duration;
 
 /// Workload seeds each schedule runs under.
@@ -126,4 +126,16 @@ fn b_fingerprint_aba_is_clean() {
 #[test]
 fn b_fingerprint_aba_is_caught_with_an_ids_only_fingerprint() {
     caught("B_fingerprint_aba", ids_only_fingerprint);
+}
+
+#[test]
+fn d_third_party_deletion_is_clean() {
+    clean("D_third_party_deletion", |_| {});
+}
+
+#[test]
+fn d_third_party_deletion_is_caught_when_peers_trust_the_deletion() {
+    caught("D_third_party_deletion", |c| {
+        c.deletion_check = DeletionCheck::TrustDeletion;
+    });
 }

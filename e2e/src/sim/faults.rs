@@ -54,6 +54,10 @@ pub enum Fault {
     /// One host's watch stalls where it is for `dur_ms`: its feed delivers nothing new, while
     /// its reads, its writes and its relists still work (a watch with no idle timeout).
     StallFeed { slot: usize, dur_ms: u64 },
+    /// A third party deletes one live host's record (`kubectl delete lease`, Pod garbage
+    /// collection after a force delete): the host learns it from its feed or its next renewal
+    /// and fences; its peers see a deletion that is not a withdrawal (issue 12, hole D).
+    DeleteRecord { slot: usize },
     /// One host's stalled watch moves on, up to and including `target`'s next `joining` record,
     /// and stalls there again for `dur_ms`: the view knows the target went back to joining,
     /// not that it came back (the model's A-B-A trace).
@@ -84,6 +88,7 @@ impl Fault {
             | Fault::Leave { .. }
             | Fault::Join
             | Fault::ResetConnections { .. }
+            | Fault::DeleteRecord { .. }
             | Fault::RollingRestart { .. } => 0,
         }
     }
@@ -225,6 +230,25 @@ pub fn corpus() -> Vec<Named> {
                 ),
             ]),
         },
+        Named {
+            name: "D_third_party_deletion",
+            what: "h1's watch stalls, then a third party deletes h1's live record: h1 learns it \
+                   only at its next renewal and keeps serving its activations until then. Peers \
+                   that drop h1 as soon as their feed shows the deletion re-activate actors \
+                   whose turns h1 still runs.",
+            hosts: 3,
+            actors: 12,
+            schedule: Schedule(vec![
+                at(
+                    1000,
+                    Fault::StallFeed {
+                        slot: 0,
+                        dur_ms: 2000,
+                    },
+                ),
+                at(1010, Fault::DeleteRecord { slot: 0 }),
+            ]),
+        },
     ]
 }
 
@@ -239,8 +263,95 @@ pub enum Mix {
     Churn,
 }
 
+/// The kinds of fault a random schedule draws from, with their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Crash,
+    Leave,
+    Join,
+    Partition,
+    IsolatePeers,
+    IsolateStore,
+    StoreOutage,
+    FreezeFeed,
+    Latency,
+    Suspend,
+    ResetConnections,
+    RollingRestart,
+    LaggingJoin,
+    LaggingLeave,
+    AppDetach,
+    StallFeed,
+    DeleteRecord,
+}
+
+const ALL: &[(Kind, u32)] = &[
+    (Kind::Crash, 12),
+    (Kind::Leave, 10),
+    (Kind::Join, 8),
+    (Kind::Partition, 10),
+    (Kind::IsolatePeers, 7),
+    (Kind::IsolateStore, 9),
+    (Kind::StoreOutage, 5),
+    (Kind::FreezeFeed, 9),
+    (Kind::Latency, 6),
+    (Kind::Suspend, 12),
+    (Kind::ResetConnections, 7),
+    (Kind::RollingRestart, 5),
+    (Kind::LaggingJoin, 8),
+    (Kind::LaggingLeave, 8),
+    (Kind::AppDetach, 8),
+    (Kind::StallFeed, 8),
+    (Kind::DeleteRecord, 6),
+];
+
+/// Joins, leaves, partitions, frozen feeds, latency, and the lagging composites.
+const CHURN: &[(Kind, u32)] = &[
+    (Kind::Leave, 2),
+    (Kind::Join, 2),
+    (Kind::Partition, 1),
+    (Kind::IsolateStore, 1),
+    (Kind::FreezeFeed, 2),
+    (Kind::Latency, 1),
+    (Kind::LaggingJoin, 3),
+    (Kind::LaggingLeave, 2),
+];
+
+/// Swarm testing: a seed of the full mix enables a random subset of the kinds (each with even
+/// odds, at least one), so that rare combinations get whole schedules to themselves instead of
+/// being diluted by every other kind.
+fn swarm(rng: &mut StdRng, mix: Mix) -> Vec<(Kind, u32)> {
+    match mix {
+        Mix::Churn => CHURN.to_vec(),
+        Mix::All => {
+            let mut on: Vec<(Kind, u32)> = ALL
+                .iter()
+                .copied()
+                .filter(|_| rng.random_bool(0.5))
+                .collect();
+            if on.is_empty() {
+                on.push(ALL[rng.random_range(0..ALL.len())]);
+            }
+            on
+        }
+    }
+}
+
+fn pick(rng: &mut StdRng, kinds: &[(Kind, u32)]) -> Kind {
+    let total: u32 = kinds.iter().map(|(_, w)| w).sum();
+    let mut roll = rng.random_range(0..total);
+    for &(k, w) in kinds {
+        if roll < w {
+            return k;
+        }
+        roll -= w;
+    }
+    unreachable!("the roll is below the total weight")
+}
+
 /// Draws a schedule of 1..=`max_faults` faults inside `[from_ms, until_ms)`, with `ttl_ms`
-/// setting the scale of durations (some shorter than the TTL, some longer).
+/// setting the scale of durations (some shorter than the TTL, some longer), from the kinds this
+/// seed's swarm enables.
 pub fn random(
     rng: &mut StdRng,
     mix: Mix,
@@ -249,6 +360,7 @@ pub fn random(
     ttl_ms: u64,
     max_faults: usize,
 ) -> Schedule {
+    let kinds = swarm(rng, mix);
     let n = rng.random_range(1..=max_faults);
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
@@ -260,46 +372,43 @@ pub fn random(
         } else {
             rng.random_range(ttl_ms..=(3 * ttl_ms))
         };
-        let roll = match mix {
-            Mix::All => rng.random_range(0..116u32),
-            // Joins, leaves, partitions, frozen feeds, latency, and the lagging composites.
-            Mix::Churn => [12, 12, 22, 22, 30, 47, 61, 61, 70, 100, 100, 100, 108, 108]
-                [rng.random_range(0..14usize)],
-        };
-        let fault = match roll {
-            100..108 => Fault::LaggingJoin { slot, dur_ms },
-            108..116 => Fault::LaggingLeave {
+        let fault = match pick(rng, &kinds) {
+            Kind::LaggingJoin => Fault::LaggingJoin { slot, dur_ms },
+            Kind::LaggingLeave => Fault::LaggingLeave {
                 slot,
                 leaver: other,
                 dur_ms,
             },
-            0..12 => Fault::Crash {
+            Kind::Crash => Fault::Crash {
                 slot,
                 restart_after_ms: rng.random_bool(0.7).then(|| rng.random_range(50..1500)),
             },
-            12..22 => Fault::Leave {
+            Kind::Leave => Fault::Leave {
                 slot,
                 replace: rng.random_bool(0.6),
             },
-            22..30 => Fault::Join,
-            30..40 => Fault::Partition {
+            Kind::Join => Fault::Join,
+            Kind::Partition => Fault::Partition {
                 a: slot,
                 b: other,
                 dur_ms,
             },
-            40..47 => Fault::IsolatePeers { slot, dur_ms },
-            47..56 => Fault::IsolateStore { slot, dur_ms },
-            56..61 => Fault::StoreOutage { dur_ms },
-            61..70 => Fault::FreezeFeed { slot, dur_ms },
-            70..76 => Fault::Latency {
+            Kind::IsolatePeers => Fault::IsolatePeers { slot, dur_ms },
+            Kind::IsolateStore => Fault::IsolateStore { slot, dur_ms },
+            Kind::StoreOutage => Fault::StoreOutage { dur_ms },
+            Kind::FreezeFeed => Fault::FreezeFeed { slot, dur_ms },
+            Kind::Latency => Fault::Latency {
                 max_ms: rng.random_range(20..150),
                 dur_ms,
             },
-            76..88 => Fault::Suspend { slot, dur_ms },
-            88..95 => Fault::ResetConnections { slot },
-            _ => Fault::RollingRestart {
+            Kind::Suspend => Fault::Suspend { slot, dur_ms },
+            Kind::ResetConnections => Fault::ResetConnections { slot },
+            Kind::RollingRestart => Fault::RollingRestart {
                 step_ms: rng.random_range(150..600),
             },
+            Kind::AppDetach => Fault::AppDetach { slot, dur_ms },
+            Kind::StallFeed => Fault::StallFeed { slot, dur_ms },
+            Kind::DeleteRecord => Fault::DeleteRecord { slot },
         };
         let span = fault.span_ms();
         let latest = until_ms.saturating_sub(span).max(from_ms + 1);

@@ -111,6 +111,7 @@ pub async fn run(
     let mut mcfg = MembershipConfig::with_timing(cfg.beat, cfg.ttl);
     mcfg.expiry_check = cfg.expiry_check;
     mcfg.self_fence = cfg.self_fence;
+    mcfg.deletion_check = cfg.deletion_check;
     mcfg.drift_margin = cfg.drift_margin;
     let membership = {
         let mut backoff = Duration::from_millis(50);

@@ -37,7 +37,7 @@ use faults::{Fault, Schedule, Timed};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use sigx_sidecar::directory::ProtocolFaults;
-use sigx_sidecar::membership::{ExpiryCheck, MemoryHub, SelfFence};
+use sigx_sidecar::membership::{DeletionCheck, ExpiryCheck, MemoryHub, SelfFence};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -84,6 +84,8 @@ pub struct SimConfig {
     pub expiry_check: ExpiryCheck,
     /// Deliberately broken self-fencing (checker tests only).
     pub self_fence: SelfFence,
+    /// Deliberately broken handling of a record deleted by a third party (checker tests only).
+    pub deletion_check: DeletionCheck,
     /// A deliberately broken state store without its epoch fence (checker tests only).
     pub state_check: state::StateCheck,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
@@ -115,6 +117,7 @@ impl SimConfig {
             faults: ProtocolFaults::default(),
             expiry_check: ExpiryCheck::FreshRead,
             self_fence: SelfFence::OnExpiry,
+            deletion_check: DeletionCheck::WaitForLapse,
             state_check: state::StateCheck::Fenced,
             schedule: None,
         }
@@ -412,7 +415,10 @@ impl<'a> Driver<'a> {
         // Keep at least two hosts serving: a fault that would leave fewer is skipped.
         let removes = matches!(
             fault,
-            Fault::Crash { .. } | Fault::Leave { replace: false, .. } | Fault::LaggingLeave { .. }
+            Fault::Crash { .. }
+                | Fault::Leave { replace: false, .. }
+                | Fault::LaggingLeave { .. }
+                | Fault::DeleteRecord { .. }
         );
         if removes && serving.len() <= 2 {
             return;
@@ -524,6 +530,11 @@ impl<'a> Driver<'a> {
                     self.send(&x, Command::AppDetach);
                     self.detached.push(x.clone());
                     self.at(now + dur_ms, Action::AppAttach(x));
+                }
+            }
+            Fault::DeleteRecord { slot } => {
+                if let Some(x) = self.slot(slot) {
+                    self.hub.kill(&x);
                 }
             }
             Fault::StallFeed { slot, dur_ms } => {
