@@ -169,6 +169,16 @@ async fn serve(
                 Duration::from_millis(rng.random_range(0..=2))
             }
             Some(v1::turn::Kind::Invoke(_) | v1::turn::Kind::Reminder(_)) => {
+                if let Some(v1::turn::Kind::Reminder(r)) = &turn.kind {
+                    shared.record(
+                        &me,
+                        Ev::ReminderFired {
+                            host: me.id.clone(),
+                            actor: actor.clone(),
+                            name: r.name.clone(),
+                        },
+                    );
+                }
                 shared.record(&me, Ev::Turn { act });
                 Duration::from_millis(rng.random_range(cfg.turn_ms.0..=cfg.turn_ms.1))
             }

@@ -263,7 +263,43 @@ pub fn check(
         }
     }
     out.extend(state_violations(history));
+    out.extend(reminder_violations(history, probe_at));
     out
+}
+
+/// 7. **Every due reminder fires once faults heal**: a reminder the store acknowledged, due
+///    before the quiet end (faults healed, 2×TTL without a host event), reached some app by the
+///    end of the run. Deliveries are at least once: a repeat is not a violation.
+pub fn reminder_violations(history: &[Event], probe_at: u64) -> Vec<Violation> {
+    let fired: BTreeSet<(&str, &str)> = history
+        .iter()
+        .filter_map(|e| match &e.ev {
+            Ev::ReminderFired { actor, name, .. } => Some((actor.as_str(), name.as_str())),
+            _ => None,
+        })
+        .collect();
+    history
+        .iter()
+        .filter_map(|e| match &e.ev {
+            Ev::ReminderSet {
+                actor,
+                name,
+                due_ms,
+            } if *due_ms <= probe_at && !fired.contains(&(actor.as_str(), name.as_str())) => {
+                Some(Violation {
+                    promise: Promise::Liveness,
+                    what: format!(
+                        "reminder {name:?} of {actor}, set at t={}ms and due at t={due_ms}ms, \
+                         never fired, though the faults healed and the fleet was quiet by \
+                         t={probe_at}ms",
+                        e.t_ms
+                    ),
+                    actor: Some(actor.clone()),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// 5. **No stale write accepted**: the store never stores a batch whose epoch is older than an

@@ -27,6 +27,7 @@ use sigx_sidecar::mesh::{
     MeshAuth, MeshClient, MeshClientConfig, MeshSecret, MeshServerConfig, MeshService, Verifier,
 };
 use sigx_sidecar::placement::{Inbound, Router, RouterConfig};
+use sigx_sidecar::reminders::{Ownership, OwnershipSource};
 use sigx_sidecar::runtime::{ActorId, Runtime, RuntimeConfig};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -55,6 +56,8 @@ struct Parts {
     late_gate: Arc<LateGate>,
     /// The app attached now (`None` while it is away).
     app: Mutex<Option<Arc<SimApp>>>,
+    /// The reminder owner.
+    reminders: sigx_sidecar::reminders::scheduler::Scheduler,
 }
 
 /// The software of one simulated host (a turmoil host future).
@@ -170,6 +173,41 @@ pub async fn run(
         Arc::new(sigx_sidecar::host::DirectoryLocator(directory.clone())),
         state.clone(),
     ));
+    // The reminder owner, as `host::reminders` starts it: the production scheduler over the
+    // shared store, owning its rendezvous share of the shards while its view shows it active
+    // and it serves. Short retries, and no abandoning: the checker asks that every reminder
+    // due before the quiet end fired by the end of the run.
+    let scheduler = {
+        let (m, me2, st) = (membership.clone(), me.clone(), state.clone());
+        let view_ownership = sigx_sidecar::reminders::ownership::ViewOwnership::new(
+            move || Some(m.clone()),
+            move || {
+                me2.life() == Life::Serving && !me2.is_suspended() && st.fence_reason().is_none()
+            },
+        );
+        let source: Arc<dyn OwnershipSource> = if cfg.reminder_ownership_frozen {
+            Arc::new(FrozenOwnership(view_ownership, Mutex::new(None)))
+        } else {
+            Arc::new(view_ownership)
+        };
+        sigx_sidecar::reminders::scheduler::Scheduler::start(
+            shared.state.clone(),
+            router.clone() as Arc<dyn Dispatcher>,
+            source,
+            shared_clock.clone(),
+            sigx_sidecar::reminders::SchedulerConfig {
+                poll: Duration::from_millis(100),
+                lookahead: Duration::from_millis(200),
+                call_timeout: Duration::from_secs(1),
+                retry_min: Duration::from_millis(100),
+                retry_max: Duration::from_millis(400),
+                max_attempts: u32::MAX,
+                ..Default::default()
+            },
+            runtime.counters().reminders.clone(),
+            runtime.reminder_nudge(),
+        )
+    };
     late_gate.set(sigx_sidecar::host::turns::bound_by_lease(
         &runtime,
         &membership,
@@ -221,9 +259,11 @@ pub async fn run(
         router,
         late_gate,
         app: Mutex::new(Some(app)),
+        reminders: scheduler,
     });
     tokio::spawn(fence_watch(parts.clone()));
     tokio::spawn(workload(parts.clone()));
+    tokio::spawn(reminder_workload(parts.clone()));
 
     // The command loop: faults and probes the driver asks for.
     let mut rx = me
@@ -378,6 +418,8 @@ impl Parts {
         )
         .await;
         let deadline = Instant::now() + Duration::from_secs(3);
+        // As the host's stop does: claim nothing more, hand back what has not started.
+        self.reminders.stop(deadline).await;
         self.runtime.drain(deadline).await;
         self.runtime.deactivate_all(deadline).await;
         let me = self.membership.self_id().to_string();
@@ -502,6 +544,65 @@ async fn workload(p: Arc<Parts>) {
             let deadline_ms = p2.shared.now_ms() + p2.cfg.call_deadline.as_millis() as u64;
             call(&p2, key, deadline, deadline_ms, false, false).await;
         });
+    }
+}
+
+/// The deliberately broken reminder ownership ([`SimConfig::reminder_ownership_frozen`]): the
+/// first ownership the view gave, kept whatever the view says since.
+struct FrozenOwnership(
+    sigx_sidecar::reminders::ownership::ViewOwnership,
+    Mutex<Option<Ownership>>,
+);
+
+impl OwnershipSource for FrozenOwnership {
+    fn ownership(&self) -> Option<Ownership> {
+        let mut first = self.1.lock().expect("frozen ownership lock");
+        if first.is_none() {
+            *first = self.0.ownership();
+        }
+        first.clone()
+    }
+}
+
+/// Now and then, a one-shot reminder on a random actor, due soon, through the production
+/// `SetReminder` path; recorded once the store acknowledged it (its own seeded stream, so the
+/// call workload draws what it drew before).
+async fn reminder_workload(p: Arc<Parts>) {
+    let mut rng = StdRng::seed_from_u64(p.me.seed ^ 0x5eed_7e11);
+    let mut n = 0u64;
+    loop {
+        let gap = rng.random_range(150..=600);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        if !p.shared.load.load(std::sync::atomic::Ordering::SeqCst)
+            || p.me.is_suspended()
+            || p.me.life() != Life::Serving
+        {
+            continue;
+        }
+        n += 1;
+        let key = rng.random_range(0..p.cfg.actors);
+        let due_in = rng.random_range(0..=1500u64);
+        let name = format!("r-{}-{n}", p.me.id);
+        let actor = ActorId::new(ACTOR_TYPE, format!("k{key}").as_str());
+        let req = sigx_proto::v1::SetReminderRequest {
+            name: name.clone(),
+            due: Some(sigx_proto::v1::set_reminder_request::Due::DueInMs(due_in)),
+            ..Default::default()
+        };
+        let due_ms = p.shared.now_ms() + due_in;
+        if sigx_sidecar::reminders::api::set(&p.runtime, actor.clone(), req)
+            .await
+            .is_ok()
+        {
+            p.shared.record(
+                &p.me,
+                Ev::ReminderSet {
+                    actor: actor.to_string(),
+                    name,
+                    due_ms,
+                },
+            );
+        }
     }
 }
 

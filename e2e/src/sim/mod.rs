@@ -86,6 +86,9 @@ pub struct SimConfig {
     pub self_fence: SelfFence,
     /// Deliberately broken handling of a record deleted by a third party (checker tests only).
     pub deletion_check: DeletionCheck,
+    /// DELIBERATELY BROKEN when set (checker tests only): each reminder owner keeps the shards
+    /// of its first view forever, so a departed owner's shards are never taken over.
+    pub reminder_ownership_frozen: bool,
     /// A deliberately broken state store without its epoch fence (checker tests only).
     pub state_check: state::StateCheck,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
@@ -118,6 +121,7 @@ impl SimConfig {
             expiry_check: ExpiryCheck::FreshRead,
             self_fence: SelfFence::OnExpiry,
             deletion_check: DeletionCheck::WaitForLapse,
+            reminder_ownership_frozen: false,
             state_check: state::StateCheck::Fenced,
             schedule: None,
         }

@@ -101,6 +101,19 @@ pub enum Ev {
         value: Option<String>,
         accepted: bool,
     },
+    /// A reminder was set (the store acknowledged it), due at `due_ms` (true ms).
+    ReminderSet {
+        actor: String,
+        name: String,
+        due_ms: u64,
+    },
+    /// The app received a delivery of a reminder (an occurrence may be delivered again: the
+    /// promise is at least once).
+    ReminderFired {
+        host: String,
+        actor: String,
+        name: String,
+    },
     /// A fault of the schedule was applied.
     Fault(String),
 }

@@ -21,6 +21,7 @@
 
 pub mod api;
 pub mod memory;
+pub mod ownership;
 pub mod scheduler;
 pub mod sqlite;
 // The PostgreSQL impl lives in `state::postgres::reminders`, beside the pool it uses.
