@@ -103,7 +103,9 @@ pub struct Args {
     #[arg(long, env = "SIGX_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
 
-    /// A file holding the cluster secret.
+    /// A file holding the cluster secret. Its bytes are the HMAC key, exactly, binary or text:
+    /// only one trailing line ending ("\n" or "\r\n", as `echo` and editors add) is dropped.
+    /// An empty or whitespace-only secret is refused.
     #[arg(long, env = "SIGX_SECRET_FILE")]
     pub secret_file: Option<PathBuf>,
 
@@ -295,6 +297,20 @@ impl Secret {
     }
 }
 
+/// The HMAC key a secret file holds: its bytes, never decoded as text (a lossy decode turned
+/// every invalid UTF-8 byte into U+FFFD, so distinct binary secrets authenticated each other),
+/// minus exactly one trailing line ending ("\n" or "\r\n") — the one `echo`, editors and
+/// `kubectl create secret --from-file` of an edited file leave. Nothing else is trimmed: a key
+/// that is meant to end in a newline can be written with two.
+pub fn secret_file_key(mut bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.ends_with(b"\r\n") {
+        bytes.truncate(bytes.len() - 2);
+    } else if bytes.ends_with(b"\n") {
+        bytes.truncate(bytes.len() - 1);
+    }
+    bytes
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Secret(<{} bytes>)", self.0.len())
@@ -412,8 +428,7 @@ impl Args {
                     path: path.clone(),
                     source,
                 })?;
-                let trimmed: Vec<u8> = String::from_utf8_lossy(&bytes).trim().as_bytes().to_vec();
-                Some(Secret::new(trimmed)?)
+                Some(Secret::new(secret_file_key(bytes))?)
             }
             (None, None) => None,
         };
@@ -644,6 +659,39 @@ mod tests {
         ));
         let cfg = parse(&["--secret", "hunter2"]).unwrap();
         assert!(!format!("{cfg:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_secret_file_is_bytes_minus_one_trailing_line_ending() {
+        assert_eq!(secret_file_key(vec![0xff; 32]), vec![0xff; 32]);
+        assert_eq!(secret_file_key(b"s3cret\n".to_vec()), b"s3cret");
+        assert_eq!(secret_file_key(b"s3cret\r\n".to_vec()), b"s3cret");
+        assert_eq!(secret_file_key(b"s3cret\n\n".to_vec()), b"s3cret\n");
+        assert_eq!(secret_file_key(b" s3cret ".to_vec()), b" s3cret ");
+        let dir = tempfile::tempdir().unwrap();
+        let read = |bytes: &[u8]| {
+            let path = dir.path().join("secret");
+            std::fs::write(&path, bytes).unwrap();
+            Args::try_parse_from([
+                "sigx-sidecar",
+                "--membership",
+                "none",
+                "--secret-file",
+                path.to_str().unwrap(),
+            ])
+            .unwrap()
+            .validate()
+        };
+        let ff = read(&[0xff; 32]).unwrap().secret.unwrap();
+        let fe = read(&[0xfe; 32]).unwrap().secret.unwrap();
+        assert_eq!(ff.expose(), &[0xff; 32]);
+        assert_ne!(ff, fe);
+        for blank in [&b""[..], b"\n", b" \t\r\n"] {
+            assert!(
+                matches!(read(blank).unwrap_err(), ConfigError::EmptySecret),
+                "{blank:?}"
+            );
+        }
     }
 
     #[test]
