@@ -151,7 +151,10 @@ pub struct Args {
     pub exit_on_fence: bool,
 
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt`: the mesh then runs mutual TLS,
-    /// every peer's certificate checked against the CA (with or without the HMAC secret).
+    /// every peer's certificate checked against the CA, and every request's claimed host id
+    /// against its certificate: a URI SAN `spiffe://<cluster>/host/<host-id>` (or the host id
+    /// without its `-<8 hex>` incarnation suffix, e.g. the pod name). Without a secret it needs
+    /// --insecure too.
     #[arg(long, env = "SIGX_MTLS_DIR")]
     pub mtls_dir: Option<PathBuf>,
 
@@ -215,10 +218,16 @@ pub enum ConfigError {
     )]
     TtlTooShort { ttl: u64, beat: u64 },
     #[error(
-        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or SIGX_MTLS_DIR for mutual TLS, \
-         or pass --insecure to state in writing that the mesh is unreachable by untrusted callers"
+        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or pass --insecure to state in \
+         writing that the mesh is unreachable by untrusted callers"
     )]
     MissingSecret,
+    #[error(
+        "SIGX_MTLS_DIR is set but there is no mesh secret: mutual TLS alone is not the written \
+         opt-out. Set SIGX_SECRET_FILE to use the HMAC with mTLS, or pass --insecure to run the \
+         mesh on mTLS alone"
+    )]
+    MtlsWithoutSecret,
     #[error(
         "the mesh secret is empty or whitespace-only: that is never a secret (even with --insecure)"
     )]
@@ -432,12 +441,14 @@ impl Args {
             }
             (None, None) => None,
         };
-        if self.membership != MembershipKind::None
-            && secret.is_none()
-            && !self.insecure
-            && self.mtls_dir.is_none()
-        {
-            return Err(ConfigError::MissingSecret);
+        // mTLS authenticates peers but is not the written claim: without a secret it still
+        // needs --insecure, so a deployment that meant to have both cannot drop the secret by
+        // accident.
+        if self.membership != MembershipKind::None && secret.is_none() && !self.insecure {
+            return Err(match self.mtls_dir {
+                Some(_) => ConfigError::MtlsWithoutSecret,
+                None => ConfigError::MissingSecret,
+            });
         }
         let mtls = match &self.mtls_dir {
             Some(dir) => {
@@ -649,6 +660,14 @@ mod tests {
             ConfigError::MissingSecret
         ));
         assert!(parse(&["--insecure"]).is_ok());
+        // mTLS alone is not the written opt-out.
+        let mtls = tempfile::tempdir().unwrap();
+        let dir = mtls.path().to_str().unwrap();
+        let err = parse(&["--mtls-dir", dir]).unwrap_err();
+        assert!(matches!(err, ConfigError::MtlsWithoutSecret), "{err}");
+        assert!(err.to_string().contains("--insecure"), "{err}");
+        assert!(parse(&["--mtls-dir", dir, "--insecure"]).is_ok());
+        assert!(parse(&["--mtls-dir", dir, "--secret", "s"]).is_ok());
         assert!(matches!(
             parse(&["--secret", "  "]).unwrap_err(),
             ConfigError::EmptySecret

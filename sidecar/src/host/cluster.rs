@@ -300,7 +300,10 @@ pub(crate) async fn bring_up(b: BringUp) {
             }
         },
         None if mtls.is_some() => {
-            tracing::info!("mesh peers are authenticated by mutual TLS (no HMAC secret)");
+            // Only with the written --insecure (config.rs refuses mTLS alone).
+            tracing::info!(
+                "mesh peers are authenticated by mutual TLS only (no HMAC secret, --insecure)"
+            );
             MeshAuth::Insecure
         }
         None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
@@ -351,12 +354,17 @@ pub(crate) async fn bring_up(b: BringUp) {
         max_message_bytes: cfg.max_payload_bytes + 64 * 1024,
         ..MeshServerConfig::default()
     };
-    let verifier = Arc::new(Verifier::new(
+    let verifier = Verifier::new(
         auth,
         opts.clock.clone(),
         Duration::from_secs(60),
         Arc::new(KnownFromViews(views.clone() as Arc<dyn ViewSource>)),
-    ));
+    );
+    // With mTLS a peer's claimed host id must be the one its certificate names.
+    let verifier = Arc::new(match &mtls {
+        Some(_) => verifier.with_cert_identity(cfg.cluster.clone()),
+        None => verifier,
+    });
     let service = MeshService::new(
         Arc::new(Inbound::new(router.clone())),
         Arc::new(directory.clone()),
