@@ -122,6 +122,14 @@ pub struct Args {
     #[arg(long, env = "SIGX_TTL_MS", default_value_t = 15_000)]
     pub ttl_ms: u64,
 
+    /// Trailing window of membership refresh coalescing, milliseconds (the seed's
+    /// `coalesceMs`). 0, the default, refreshes on the leading edge only: every notification
+    /// not already covered by a read in flight reads at once. A window makes a burst of changes
+    /// cost one more read at its end; raise it when a noisy membership store costs more than
+    /// the staleness it saves. At most SIGX_BEAT_MS.
+    #[arg(long, env = "SIGX_MEMBERSHIP_COALESCE_MS", default_value_t = 0)]
+    pub membership_coalesce_ms: u64,
+
     /// Default call deadline, milliseconds.
     #[arg(long, env = "SIGX_CALL_TIMEOUT_MS", default_value_t = 30_000)]
     pub call_timeout_ms: u64,
@@ -269,6 +277,8 @@ pub struct Config {
     pub secret: Option<Secret>,
     pub beat: Duration,
     pub ttl: Duration,
+    /// The trailing window of the membership refresh coalescer (0: leading edge only).
+    pub membership_coalesce: Duration,
     pub call_timeout: Duration,
     pub retries: u32,
     pub max_payload_bytes: usize,
@@ -390,6 +400,19 @@ impl Args {
             return Err(ConfigError::TtlTooShort {
                 ttl: ttl_ms,
                 beat: beat_ms,
+            });
+        }
+        // A window longer than a beat would leave views a heartbeat or more behind what the
+        // store announced; the seed's coalesceMs is a few tens of milliseconds.
+        if self.membership_coalesce_ms > beat_ms {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_MEMBERSHIP_COALESCE_MS",
+                value: self.membership_coalesce_ms.to_string(),
+                what: "refresh coalescing window",
+                reason: format!(
+                    "must not exceed SIGX_BEAT_MS={beat_ms}: a longer window leaves membership \
+                     views more than a heartbeat behind; 0 (the default) coalesces nothing"
+                ),
             });
         }
         let call_timeout_ms = positive(
@@ -573,6 +596,7 @@ impl Args {
             secret,
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),
+            membership_coalesce: Duration::from_millis(self.membership_coalesce_ms),
             call_timeout: Duration::from_millis(call_timeout_ms),
             retries: self.retries,
             max_payload_bytes: max_payload as usize,
@@ -619,6 +643,43 @@ mod tests {
         );
         let err = args(&["--beat-ms", "0"]).validate().unwrap_err();
         assert!(err.to_string().contains("SIGX_BEAT_MS"), "{err}");
+    }
+
+    #[test]
+    fn the_coalescing_window_defaults_to_zero_and_is_bounded_by_the_beat() {
+        assert_eq!(
+            args(&[]).validate().unwrap().membership_coalesce,
+            Duration::ZERO
+        );
+        let cfg = args(&["--membership-coalesce-ms", "50"])
+            .validate()
+            .unwrap();
+        assert_eq!(cfg.membership_coalesce, Duration::from_millis(50));
+        let err = args(&[
+            "--beat-ms",
+            "100",
+            "--ttl-ms",
+            "300",
+            "--membership-coalesce-ms",
+            "101",
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("SIGX_MEMBERSHIP_COALESCE_MS=\"101\"")
+                && err.to_string().contains("SIGX_BEAT_MS=100"),
+            "{err}"
+        );
+        let err = Args::try_parse_from([
+            "sigx-sidecar",
+            "--membership",
+            "none",
+            "--membership-coalesce-ms",
+            "soon",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("soon"), "{err}");
     }
 
     #[test]

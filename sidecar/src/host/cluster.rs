@@ -268,6 +268,7 @@ pub(crate) async fn bring_up(b: BringUp) {
     // The drift margin covers clock *rate* differences between machines, which scale with the
     // interval measured: a tenth of the TTL, at most the default second.
     mcfg.drift_margin = (cfg.ttl / 10).min(mcfg.drift_margin);
+    mcfg.coalesce = cfg.membership_coalesce;
     let membership = {
         let mut backoff = Duration::from_millis(100);
         loop {
