@@ -272,6 +272,8 @@ impl Host {
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,
                 declared_types: cfg.declared_types.clone(),
+                // A clustered host publishes its first app's types at the join.
+                pin_first_registration: clustered,
                 clock: opts.clock.clone(),
                 state: state_store,
                 call_timeout: cfg.call_timeout,
