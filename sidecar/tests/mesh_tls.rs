@@ -328,6 +328,31 @@ async fn mtls_alone_binds_identity_too() {
     );
 }
 
+#[tokio::test]
+async fn a_server_answering_with_another_hosts_certificate_is_a_failed_dial() {
+    let dir = tmp();
+    let d = dir.path();
+    make_ca(d, "ca");
+    let own = make_leaf(d, "ca", CLIENT_ID);
+    let checking = || -> Arc<dyn Connector> {
+        Arc::new(
+            TlsConnector::new(TcpConnector, Arc::new(MeshTls::load(&own).unwrap()))
+                .with_peer_identity("test"),
+        )
+    };
+    // A CA-signed host answering at the address of host `server` with its own certificate.
+    let impostor = tls_server(&make_leaf(d, "ca", "impostor")).await;
+    match echo(checking(), &impostor).await {
+        Err(MeshCallError::Unreachable { reason, .. }) => {
+            assert!(reason.contains("spiffe://test/host/server"), "{reason}")
+        }
+        r => panic!("a server not named by its certificate must be a failed dial: {r:?}"),
+    }
+    // The real `server`: accepted.
+    let real = tls_server(&make_leaf(d, "ca", "server")).await;
+    assert_eq!(echo(checking(), &real).await.unwrap(), "over tls");
+}
+
 #[test]
 fn a_host_refuses_to_start_with_a_certificate_that_does_not_name_it() {
     let dir = tmp();

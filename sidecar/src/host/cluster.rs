@@ -310,10 +310,11 @@ pub(crate) async fn bring_up(b: BringUp) {
         None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
     };
     let connector: Arc<dyn crate::mesh::Connector> = match &mtls {
-        Some(tls) => Arc::new(crate::mesh::TlsConnector::new(
-            opts.connector.clone(),
-            tls.clone(),
-        )),
+        // The server dialled must be the host it is dialled as.
+        Some(tls) => Arc::new(
+            crate::mesh::TlsConnector::new(opts.connector.clone(), tls.clone())
+                .with_peer_identity(cfg.cluster.clone()),
+        ),
         None => opts.connector.clone(),
     };
     let mesh = Arc::new(MeshClient::new(

@@ -248,23 +248,55 @@ impl MeshTls {
 pub struct TlsConnector<C> {
     inner: C,
     tls: Arc<MeshTls>,
+    /// With it, the server's certificate must bind the host id dialled (see [`binds_host`]).
+    peer_cluster: Option<String>,
 }
 
 impl<C> TlsConnector<C> {
     /// Wraps `inner`.
     pub fn new(inner: C, tls: Arc<MeshTls>) -> Self {
-        TlsConnector { inner, tls }
+        TlsConnector {
+            inner,
+            tls,
+            peer_cluster: None,
+        }
+    }
+
+    /// Also requires that the certificate of the server dialled as host `peer` (through
+    /// [`Connector::connect_to`]) names it in `cluster`: a CA-signed host answering at another
+    /// host's address is then a failed dial (the call never ran), not a peer.
+    pub fn with_peer_identity(mut self, cluster: impl Into<String>) -> Self {
+        self.peer_cluster = Some(cluster.into());
+        self
     }
 }
 
-#[async_trait]
-impl<C: Connector> Connector for TlsConnector<C> {
-    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+impl<C: Connector> TlsConnector<C> {
+    async fn dial(&self, peer: Option<&str>, addr: &str) -> io::Result<BoxedIo> {
         let io = self.inner.connect(addr).await?;
         let name = self.tls.name_for(addr)?;
         let mut stream = tokio_rustls::TlsConnector::from(self.tls.client.clone())
             .connect(name, io)
             .await?;
+        if let (Some(cluster), Some(peer)) = (&self.peer_cluster, peer) {
+            let uris: Vec<String> = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(uri_sans)
+                .unwrap_or_default();
+            if !binds_host(&uris, cluster, peer) {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{addr} answered as host {peer:?} with a certificate that does not name \
+                         it: expected a URI SAN {} (it names {uris:?})",
+                        host_identity(cluster, peer)
+                    ),
+                ));
+            }
+        }
         // In TLS 1.3 the client finishes its handshake before the server has judged the client
         // certificate; a refusal arrives as an alert on the first read. Wait for the server's
         // first bytes (an HTTP/2 server sends SETTINGS at once) so that a refused certificate
@@ -285,6 +317,17 @@ impl<C: Connector> Connector for TlsConnector<C> {
             pos: 0,
             io: stream,
         }))
+    }
+}
+
+#[async_trait]
+impl<C: Connector> Connector for TlsConnector<C> {
+    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+        self.dial(None, addr).await
+    }
+
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        self.dial(Some(peer), addr).await
     }
 }
 

@@ -25,6 +25,13 @@ pub type BoxedIo = Box<dyn MeshIo>;
 pub trait Connector: Send + Sync + 'static {
     /// Opens a connection. An error means nothing was sent: the call never ran.
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo>;
+
+    /// Opens a connection to host `peer` at `addr`. Plain transports cannot tell who answers;
+    /// the mTLS connector also checks that the server's certificate names `peer`.
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        let _ = peer;
+        self.connect(addr).await
+    }
 }
 
 /// A shared connector is a connector (so wrappers such as TLS can take an injected one).
@@ -32,6 +39,9 @@ pub trait Connector: Send + Sync + 'static {
 impl Connector for std::sync::Arc<dyn Connector> {
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
         (**self).connect(addr).await
+    }
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        (**self).connect_to(peer, addr).await
     }
 }
 
