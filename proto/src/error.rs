@@ -77,12 +77,21 @@ impl ErrorKind {
     }
 
     /// The gRPC code the kind travels under (a coarse hint; the kind is in the details).
+    ///
+    /// Generic gRPC retry policies (service configs, Envoy, meshes) retry `UNAVAILABLE`, so
+    /// only answers worth an immediate blind retry travel under it. `activation` does not: sigx
+    /// has already re-routed the call as often as it may within the deadline, and its commonest
+    /// cause, a type no host registers (an unknown type, `unplaceable`), fails the same way
+    /// however often it is retried; a client retry would only multiply the work. It travels
+    /// under `FAILED_PRECONDITION`, which gRPC defines as "do not retry until the system state
+    /// changes" and no default policy retries, like `unplaceable` and `wrong-host`; clients
+    /// that want to retry branch on the kind (and its cause), which the details carry.
     pub fn code(self) -> tonic::Code {
         match self {
-            ErrorKind::Fenced | ErrorKind::Unreachable | ErrorKind::Activation => {
-                tonic::Code::Unavailable
+            ErrorKind::Fenced | ErrorKind::Unreachable => tonic::Code::Unavailable,
+            ErrorKind::Unplaceable | ErrorKind::WrongHost | ErrorKind::Activation => {
+                tonic::Code::FailedPrecondition
             }
-            ErrorKind::Unplaceable | ErrorKind::WrongHost => tonic::Code::FailedPrecondition,
             ErrorKind::Timeout => tonic::Code::DeadlineExceeded,
             ErrorKind::App => tonic::Code::Unknown,
             ErrorKind::Invalid => tonic::Code::InvalidArgument,
@@ -387,6 +396,25 @@ mod tests {
         let back = ActorError::from_status(&err.to_status());
         assert_eq!(back.kind, ErrorKind::Activation);
         assert_eq!(back.cause.unwrap().kind, ErrorKind::Unplaceable);
+    }
+
+    #[test]
+    fn answers_a_retry_cannot_fix_travel_under_a_code_generic_policies_do_not_retry() {
+        let err = ActorError::activation("retries spent", ActorError::unplaceable("no host"));
+        let status = err.to_status();
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            status.metadata().get(ERROR_KIND_METADATA).unwrap(),
+            "activation"
+        );
+        for kind in ErrorKind::ALL {
+            if kind.code() == tonic::Code::Unavailable {
+                assert!(
+                    matches!(kind, ErrorKind::Unreachable | ErrorKind::Fenced),
+                    "{kind} must not travel under UNAVAILABLE"
+                );
+            }
+        }
     }
 
     #[test]

@@ -104,7 +104,9 @@ pub struct Args {
     #[arg(long, env = "SIGX_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
 
-    /// A file holding the cluster secret.
+    /// A file holding the cluster secret. Its bytes are the HMAC key, exactly, binary or text:
+    /// only one trailing line ending ("\n" or "\r\n", as `echo` and editors add) is dropped.
+    /// An empty or whitespace-only secret is refused.
     #[arg(long, env = "SIGX_SECRET_FILE")]
     pub secret_file: Option<PathBuf>,
 
@@ -120,6 +122,14 @@ pub struct Args {
     /// Membership TTL, milliseconds. Must exceed twice the beat.
     #[arg(long, env = "SIGX_TTL_MS", default_value_t = 15_000)]
     pub ttl_ms: u64,
+
+    /// Trailing window of membership refresh coalescing, milliseconds (the seed's
+    /// `coalesceMs`). 0, the default, refreshes on the leading edge only: every notification
+    /// not already covered by a read in flight reads at once. A window makes a burst of changes
+    /// cost one more read at its end; raise it when a noisy membership store costs more than
+    /// the staleness it saves. At most SIGX_BEAT_MS.
+    #[arg(long, env = "SIGX_MEMBERSHIP_COALESCE_MS", default_value_t = 0)]
+    pub membership_coalesce_ms: u64,
 
     /// Default call deadline, milliseconds.
     #[arg(long, env = "SIGX_CALL_TIMEOUT_MS", default_value_t = 30_000)]
@@ -150,7 +160,10 @@ pub struct Args {
     pub exit_on_fence: bool,
 
     /// A directory holding `tls.crt`, `tls.key` and `ca.crt`: the mesh then runs mutual TLS,
-    /// every peer's certificate checked against the CA (with or without the HMAC secret).
+    /// every peer's certificate checked against the CA, and every request's claimed host id
+    /// against its certificate: a URI SAN `spiffe://<cluster>/host/<host-id>` (or the host id
+    /// without its `-<8 hex>` incarnation suffix, e.g. the pod name). Without a secret it needs
+    /// --insecure too.
     #[arg(long, env = "SIGX_MTLS_DIR")]
     pub mtls_dir: Option<PathBuf>,
 
@@ -214,10 +227,16 @@ pub enum ConfigError {
     )]
     TtlTooShort { ttl: u64, beat: u64 },
     #[error(
-        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or SIGX_MTLS_DIR for mutual TLS, \
-         or pass --insecure to state in writing that the mesh is unreachable by untrusted callers"
+        "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or pass --insecure to state in \
+         writing that the mesh is unreachable by untrusted callers"
     )]
     MissingSecret,
+    #[error(
+        "SIGX_MTLS_DIR is set but there is no mesh secret: mutual TLS alone is not the written \
+         opt-out. Set SIGX_SECRET_FILE to use the HMAC with mTLS, or pass --insecure to run the \
+         mesh on mTLS alone"
+    )]
+    MtlsWithoutSecret,
     #[error(
         "the mesh secret is empty or whitespace-only: that is never a secret (even with --insecure)"
     )]
@@ -259,6 +278,8 @@ pub struct Config {
     pub secret: Option<Secret>,
     pub beat: Duration,
     pub ttl: Duration,
+    /// The trailing window of the membership refresh coalescer (0: leading edge only).
+    pub membership_coalesce: Duration,
     pub call_timeout: Duration,
     pub retries: u32,
     pub max_payload_bytes: usize,
@@ -294,6 +315,20 @@ impl Secret {
     pub fn expose(&self) -> &[u8] {
         &self.0
     }
+}
+
+/// The HMAC key a secret file holds: its bytes, never decoded as text (a lossy decode turned
+/// every invalid UTF-8 byte into U+FFFD, so distinct binary secrets authenticated each other),
+/// minus exactly one trailing line ending ("\n" or "\r\n") — the one `echo`, editors and
+/// `kubectl create secret --from-file` of an edited file leave. Nothing else is trimmed: a key
+/// that is meant to end in a newline can be written with two.
+pub fn secret_file_key(mut bytes: Vec<u8>) -> Vec<u8> {
+    if bytes.ends_with(b"\r\n") {
+        bytes.truncate(bytes.len() - 2);
+    } else if bytes.ends_with(b"\n") {
+        bytes.truncate(bytes.len() - 1);
+    }
+    bytes
 }
 
 impl std::fmt::Debug for Secret {
@@ -368,6 +403,19 @@ impl Args {
                 beat: beat_ms,
             });
         }
+        // A window longer than a beat would leave views a heartbeat or more behind what the
+        // store announced; the seed's coalesceMs is a few tens of milliseconds.
+        if self.membership_coalesce_ms > beat_ms {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_MEMBERSHIP_COALESCE_MS",
+                value: self.membership_coalesce_ms.to_string(),
+                what: "refresh coalescing window",
+                reason: format!(
+                    "must not exceed SIGX_BEAT_MS={beat_ms}: a longer window leaves membership \
+                     views more than a heartbeat behind; 0 (the default) coalesces nothing"
+                ),
+            });
+        }
         let call_timeout_ms = positive(
             "SIGX_CALL_TIMEOUT_MS",
             self.call_timeout_ms,
@@ -413,17 +461,18 @@ impl Args {
                     path: path.clone(),
                     source,
                 })?;
-                let trimmed: Vec<u8> = String::from_utf8_lossy(&bytes).trim().as_bytes().to_vec();
-                Some(Secret::new(trimmed)?)
+                Some(Secret::new(secret_file_key(bytes))?)
             }
             (None, None) => None,
         };
-        if self.membership != MembershipKind::None
-            && secret.is_none()
-            && !self.insecure
-            && self.mtls_dir.is_none()
-        {
-            return Err(ConfigError::MissingSecret);
+        // mTLS authenticates peers but is not the written claim: without a secret it still
+        // needs --insecure, so a deployment that meant to have both cannot drop the secret by
+        // accident.
+        if self.membership != MembershipKind::None && secret.is_none() && !self.insecure {
+            return Err(match self.mtls_dir {
+                Some(_) => ConfigError::MtlsWithoutSecret,
+                None => ConfigError::MissingSecret,
+            });
         }
         let mtls = match &self.mtls_dir {
             Some(dir) => {
@@ -548,6 +597,7 @@ impl Args {
             secret,
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),
+            membership_coalesce: Duration::from_millis(self.membership_coalesce_ms),
             call_timeout: Duration::from_millis(call_timeout_ms),
             retries: self.retries,
             max_payload_bytes: max_payload as usize,
@@ -562,155 +612,5 @@ impl Args {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(extra: &[&str]) -> Args {
-        let mut v = vec!["sigx-sidecar", "--membership", "none"];
-        v.extend_from_slice(extra);
-        Args::try_parse_from(v).expect("parse")
-    }
-
-    #[test]
-    fn ttl_must_exceed_twice_the_beat() {
-        let err = args(&["--beat-ms", "5000", "--ttl-ms", "10000"])
-            .validate()
-            .unwrap_err();
-        assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err}");
-        assert!(err.to_string().contains("SIGX_TTL_MS=10000"));
-        assert!(
-            args(&["--beat-ms", "5000", "--ttl-ms", "10001"])
-                .validate()
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn bad_values_are_named() {
-        let err = args(&["--health-addr", "nope"]).validate().unwrap_err();
-        assert!(
-            err.to_string().contains("SIGX_HEALTH_ADDR=\"nope\""),
-            "{err}"
-        );
-        let err = args(&["--beat-ms", "0"]).validate().unwrap_err();
-        assert!(err.to_string().contains("SIGX_BEAT_MS"), "{err}");
-    }
-
-    #[test]
-    fn worker_threads_are_bounded_and_named() {
-        assert_eq!(args(&[]).validate().unwrap().worker_threads, None);
-        assert_eq!(
-            args(&["--worker-threads", "1"])
-                .validate()
-                .unwrap()
-                .worker_threads,
-            Some(1)
-        );
-        for bad in ["0", "65"] {
-            let err = args(&["--worker-threads", bad]).validate().unwrap_err();
-            assert!(
-                err.to_string()
-                    .contains(&format!("SIGX_WORKER_THREADS={bad:?}")),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn secret_rules() {
-        let base = [
-            "sigx-sidecar",
-            "--membership",
-            "sqlite",
-            "--sqlite-path",
-            "x.db",
-        ];
-        let parse = |extra: &[&str]| {
-            let mut v = base.to_vec();
-            v.extend_from_slice(extra);
-            Args::try_parse_from(v).unwrap().validate()
-        };
-        assert!(matches!(
-            parse(&[]).unwrap_err(),
-            ConfigError::MissingSecret
-        ));
-        assert!(parse(&["--insecure"]).is_ok());
-        assert!(matches!(
-            parse(&["--secret", "  "]).unwrap_err(),
-            ConfigError::EmptySecret
-        ));
-        assert!(matches!(
-            parse(&["--secret", "", "--insecure"]).unwrap_err(),
-            ConfigError::EmptySecret
-        ));
-        let cfg = parse(&["--secret", "hunter2"]).unwrap();
-        assert!(!format!("{cfg:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn kubernetes_needs_pod_identity() {
-        let err =
-            Args::try_parse_from(["sigx-sidecar", "--membership", "kubernetes", "--insecure"])
-                .unwrap()
-                .validate()
-                .unwrap_err();
-        assert!(
-            matches!(err, ConfigError::MissingPodIdentity("POD_NAME")),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn unreadable_sqlite_directory_is_named() {
-        let err = Args::try_parse_from([
-            "sigx-sidecar",
-            "--insecure",
-            "--sqlite-path",
-            "/nonexistent-dir/m.db",
-        ])
-        .unwrap()
-        .validate()
-        .unwrap_err();
-        assert!(err.to_string().contains("/nonexistent-dir"), "{err}");
-    }
-
-    #[test]
-    fn the_state_store_defaults_to_sqlite_beside_the_membership_file_else_memory() {
-        use crate::state::StateConfig;
-        assert_eq!(args(&[]).validate().unwrap().state, StateConfig::Memory);
-        let cfg = Args::try_parse_from([
-            "sigx-sidecar",
-            "--insecure",
-            "--sqlite-path",
-            "/tmp/membership.db",
-        ])
-        .unwrap()
-        .validate()
-        .unwrap();
-        assert_eq!(
-            cfg.state,
-            StateConfig::Sqlite {
-                path: "/tmp/sigx-state.db".into()
-            }
-        );
-        let err = args(&["--state", "postgres"]).validate().unwrap_err();
-        assert!(err.to_string().contains("SIGX_STATE_DSN_FILE"), "{err}");
-        let cfg = args(&[
-            "--state",
-            "postgres",
-            "--state-dsn",
-            "postgres://u:hunter2@db/s",
-        ])
-        .validate()
-        .unwrap();
-        assert!(!format!("{cfg:?}").contains("hunter2"));
-    }
-
-    #[test]
-    fn host_ids_get_an_incarnation_suffix() {
-        let a = args(&[]).validate().unwrap().host_id;
-        let b = args(&[]).validate().unwrap().host_id;
-        assert_ne!(a, b);
-        assert!(a.starts_with("sigx-"));
-    }
-}
+#[path = "config_tests.rs"]
+mod tests;

@@ -362,3 +362,57 @@ async fn reflection_answers_in_v1alpha_as_well_as_v1() {
     assert!(!files.file_descriptor_proto.is_empty());
     host.stop(sigx_sidecar::host::StopKind::Fast).await;
 }
+
+/// In a cluster an unknown type is `activation` (its routing retries spent on `unplaceable`):
+/// an answer no blind retry can fix, so it travels under FAILED_PRECONDITION, which generic gRPC
+/// retry policies leave alone — not UNAVAILABLE, which they retry — with the kind and its cause
+/// in the rich error model as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_type_in_a_cluster_answers_a_code_generic_clients_do_not_retry() {
+    use prost::Message;
+    use sigx_proto::v1::{self, ErrorKind};
+    use std::collections::HashMap;
+    let dir = tempdir();
+    let host = sigx_sidecar::host::Host::start(cluster_host_config(dir.path(), "solo", &[]))
+        .await
+        .unwrap();
+    let _app = TestApp::start(
+        &host.socket,
+        v1::Register {
+            actors: vec![actor_spec("Known", false, 0)],
+            workers: vec![],
+            app_name: "unknown-type".into(),
+        },
+        HashMap::new(),
+    )
+    .await
+    .unwrap();
+    wait_ready(host.health_addr, Duration::from_secs(10)).await;
+    let mut c = client(&host.socket).await;
+    let unknown = c
+        .call(v1::CallRequest {
+            actor: Some(v1::ActorRef {
+                actor_type: "Nope".into(),
+                key: "1".into(),
+            }),
+            method: "get".into(),
+            payload: Default::default(),
+            timeout_ms: 5_000,
+        })
+        .await
+        .expect_err("an unknown type fails");
+    assert_eq!(rich_kind(&unknown), ErrorKind::Activation, "{unknown:?}");
+    assert_eq!(
+        unknown.code(),
+        tonic::Code::FailedPrecondition,
+        "{unknown:?}"
+    );
+    let rich = sigx_proto::google::rpc::Status::decode(unknown.details()).unwrap();
+    let detail = v1::ErrorDetail::decode(rich.details[0].value.as_slice()).unwrap();
+    assert_eq!(
+        detail.cause.map(|c| c.kind),
+        Some(ErrorKind::Unplaceable as i32),
+        "the cause says why"
+    );
+    host.stop(sigx_sidecar::host::StopKind::Fast).await;
+}

@@ -253,13 +253,37 @@ async fn a_graceful_leave_hands_actors_over_with_no_failed_calls() {
 async fn hosts_configured_with_mutual_tls_and_no_secret_form_one_cluster() {
     let dir = tempdir();
     let mtls = dir.path().join("mtls");
-    make_mtls_dir(&mtls);
     let hub = MemoryHub::new();
+    // A host holding another host's certificate does not start: its peers would refuse every
+    // request it signs as itself, so the sidecar names the identity it needs instead.
+    let front_dir = make_mtls_dir(&mtls, "default", "front");
+    let mut cfg = cluster_host_config(
+        dir.path(),
+        "intruder",
+        &["--mtls-dir", front_dir.to_str().unwrap()],
+    );
+    cfg.secret = None;
+    let err = Host::start_with(
+        cfg,
+        HostOptions {
+            provider: Some(hub.provider("intruder")),
+            ..HostOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("a host with another host's certificate must not start");
+    assert!(
+        err.to_string().contains("spiffe://default/host/intruder"),
+        "{err}"
+    );
     let mut hosts = Vec::new();
     let mut apps = Vec::new();
     for (id, actors) in [("front", vec![]), ("back", vec!["Counter"])] {
-        let mut cfg = cluster_host_config(dir.path(), id, &["--mtls-dir", mtls.to_str().unwrap()]);
-        cfg.secret = None; // mTLS alone authenticates the mesh
+        let own = make_mtls_dir(&mtls, "default", id);
+        let mut cfg = cluster_host_config(dir.path(), id, &["--mtls-dir", own.to_str().unwrap()]);
+        // mTLS alone authenticates the mesh (in a sidecar process that takes --insecure too).
+        cfg.secret = None;
         let host = Host::start_with(
             cfg,
             HostOptions {

@@ -1,6 +1,8 @@
 //! Mutual TLS on the mesh over loopback TCP, with certificates made by the `openssl` CLI for
 //! each run: peers with certificates from the cluster CA talk; a peer with a certificate from
-//! another CA, or with no TLS at all, is refused (the call never ran) and the server lives on.
+//! another CA, or with no TLS at all, is refused (the call never ran) and the server lives on;
+//! a peer whose certificate names another host (URI SAN `spiffe://<cluster>/host/<id>`) than
+//! the one it claims is refused on every request, HMAC or not.
 
 #[path = "support/mesh_server.rs"]
 mod mesh_server;
@@ -8,8 +10,8 @@ mod mesh_server;
 use async_trait::async_trait;
 use bytes::Bytes;
 use mesh_server::{CLIENT_ID, MeshServer, tcp_listener};
-use sigx_proto::ActorError;
 use sigx_proto::v1::DeliverRequest;
+use sigx_proto::{ActorError, ErrorKind};
 use sigx_sidecar::clock::system;
 use sigx_sidecar::mesh::{
     Connector, DeliverHandler, MeshAuth, MeshCallError, MeshClient, MeshClientConfig,
@@ -34,7 +36,7 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// A CA and one leaf (`name`) signed by it, valid for DNS `sigx-mesh` and IP 127.0.0.1.
+/// A self-signed CA `ca`.
 fn make_ca(dir: &Path, ca: &str) {
     openssl(
         dir,
@@ -62,11 +64,21 @@ fn make_ca(dir: &Path, ca: &str) {
     );
 }
 
+/// A leaf `name` signed by `ca`, valid for DNS `sigx-mesh`, IP 127.0.0.1 and the URI SAN
+/// naming host `name` of cluster `test`.
 fn make_leaf(dir: &Path, ca: &str, name: &str) -> MeshTlsConfig {
+    make_leaf_with(dir, ca, name, &format!(",URI:spiffe://test/host/{name}"))
+}
+
+/// A leaf `name` signed by `ca`, valid for DNS `sigx-mesh` and IP 127.0.0.1 plus `more_sans`.
+fn make_leaf_with(dir: &Path, ca: &str, name: &str, more_sans: &str) -> MeshTlsConfig {
     std::fs::write(
         dir.join("ext.cnf"),
-        "subjectAltName=DNS:sigx-mesh,IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n\
-         basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n",
+        format!(
+            "subjectAltName=DNS:sigx-mesh,IP:127.0.0.1{more_sans}\n\
+             extendedKeyUsage=serverAuth,clientAuth\n\
+             basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+        ),
     )
     .unwrap();
     openssl(
@@ -138,9 +150,17 @@ async fn echo(
     connector: Arc<dyn Connector>,
     server: &MeshServer<Echo>,
 ) -> Result<Bytes, MeshCallError> {
+    echo_as(connector, server, auth()).await
+}
+
+async fn echo_as(
+    connector: Arc<dyn Connector>,
+    server: &MeshServer<Echo>,
+    auth: MeshAuth,
+) -> Result<Bytes, MeshCallError> {
     let c = MeshClient::new(
         CLIENT_ID,
-        auth(),
+        auth,
         system(),
         connector,
         MeshClientConfig {
@@ -209,6 +229,142 @@ async fn peers_of_one_ca_talk_and_strangers_are_refused() {
     // The server is still up and serving good peers.
     assert!(server.is_running());
     assert_eq!(echo(good, &server).await.unwrap(), "over tls");
+}
+
+fn connector(cfg: &MeshTlsConfig) -> Arc<dyn Connector> {
+    Arc::new(TlsConnector::new(
+        TcpConnector,
+        Arc::new(MeshTls::load(cfg).unwrap()),
+    ))
+}
+
+#[tokio::test]
+async fn a_peer_presenting_another_hosts_certificate_is_refused() {
+    let dir = tmp();
+    let d = dir.path();
+    make_ca(d, "ca");
+    let server_cfg = make_leaf(d, "ca", "server");
+    let own = make_leaf(d, "ca", CLIENT_ID);
+    let other = make_leaf(d, "ca", "other-host");
+    let no_uri = make_leaf_with(d, "ca", "no-uri", "");
+    let other_cluster = make_leaf_with(
+        d,
+        "ca",
+        "other-cluster",
+        &format!(",URI:spiffe://elsewhere/host/{CLIENT_ID}"),
+    );
+    let (tcp, addr) = tcp_listener().await;
+    let listener = TlsListener::new(
+        tcp,
+        Arc::new(MeshTls::load(&server_cfg).unwrap()),
+        Duration::from_secs(2),
+    );
+    let server = MeshServer::start_checking_certs(
+        listener,
+        addr,
+        auth(),
+        Echo,
+        MeshServerConfig::default(),
+        Some("test"),
+    )
+    .await;
+
+    // Its own certificate, with the HMAC: accepted.
+    assert_eq!(echo(connector(&own), &server).await.unwrap(), "over tls");
+
+    // Every CA-signed certificate that does not name the claimed host id is refused, the
+    // answer naming the identity expected; the HMAC (right secret) does not make up for it.
+    for (what, cfg) in [
+        ("another host's", &other),
+        ("a URI-less", &no_uri),
+        ("another cluster's", &other_cluster),
+    ] {
+        match echo(connector(cfg), &server).await {
+            Err(MeshCallError::Answered(e)) => {
+                assert_eq!(e.kind, ErrorKind::Unauthenticated, "{what}: {e:?}");
+                assert!(
+                    e.message.contains("spiffe://test/host/client"),
+                    "{what}: {}",
+                    e.message
+                );
+            }
+            r => panic!("{what} certificate claiming {CLIENT_ID:?} must be refused: {r:?}"),
+        }
+    }
+    assert!(server.is_running());
+    assert_eq!(echo(connector(&own), &server).await.unwrap(), "over tls");
+}
+
+#[tokio::test]
+async fn mtls_alone_binds_identity_too() {
+    let dir = tmp();
+    let d = dir.path();
+    make_ca(d, "ca");
+    let server_cfg = make_leaf(d, "ca", "server");
+    let own = make_leaf(d, "ca", CLIENT_ID);
+    let other = make_leaf(d, "ca", "other-host");
+    let (tcp, addr) = tcp_listener().await;
+    let listener = TlsListener::new(
+        tcp,
+        Arc::new(MeshTls::load(&server_cfg).unwrap()),
+        Duration::from_secs(2),
+    );
+    let server = MeshServer::start_checking_certs(
+        listener,
+        addr,
+        MeshAuth::Insecure,
+        Echo,
+        MeshServerConfig::default(),
+        Some("test"),
+    )
+    .await;
+    let ok = echo_as(connector(&own), &server, MeshAuth::Insecure).await;
+    assert_eq!(ok.unwrap(), "over tls");
+    let r = echo_as(connector(&other), &server, MeshAuth::Insecure).await;
+    assert!(
+        matches!(&r, Err(MeshCallError::Answered(e)) if e.kind == ErrorKind::Unauthenticated
+            && e.message.contains("spiffe://test/host/client")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_answering_with_another_hosts_certificate_is_a_failed_dial() {
+    let dir = tmp();
+    let d = dir.path();
+    make_ca(d, "ca");
+    let own = make_leaf(d, "ca", CLIENT_ID);
+    let checking = || -> Arc<dyn Connector> {
+        Arc::new(
+            TlsConnector::new(TcpConnector, Arc::new(MeshTls::load(&own).unwrap()))
+                .with_peer_identity("test"),
+        )
+    };
+    // A CA-signed host answering at the address of host `server` with its own certificate.
+    let impostor = tls_server(&make_leaf(d, "ca", "impostor")).await;
+    match echo(checking(), &impostor).await {
+        Err(MeshCallError::Unreachable { reason, .. }) => {
+            assert!(reason.contains("spiffe://test/host/server"), "{reason}")
+        }
+        r => panic!("a server not named by its certificate must be a failed dial: {r:?}"),
+    }
+    // The real `server`: accepted.
+    let real = tls_server(&make_leaf(d, "ca", "server")).await;
+    assert_eq!(echo(checking(), &real).await.unwrap(), "over tls");
+}
+
+#[test]
+fn a_host_refuses_to_start_with_a_certificate_that_does_not_name_it() {
+    let dir = tmp();
+    make_ca(dir.path(), "ca");
+    let tls = MeshTls::load(&make_leaf(dir.path(), "ca", "web-0")).unwrap();
+    tls.check_own_identity("test", "web-0").unwrap();
+    tls.check_own_identity("test", "web-0-0123abcd").unwrap();
+    let e = tls
+        .check_own_identity("test", "web-1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("spiffe://test/host/web-1"), "{e}");
 }
 
 #[test]

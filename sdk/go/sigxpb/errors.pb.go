@@ -32,7 +32,10 @@ const (
 
 // The stable error kinds of the runtime (DESIGN.md §6). Numbers are wire contract: never reuse one.
 //
-// gRPC status codes each kind travels under (a coarse hint; branch on the kind):
+// gRPC status codes each kind travels under (a coarse hint; branch on the kind). Only answers a
+// blind immediate retry can fix travel under UNAVAILABLE, which generic gRPC retry policies
+// retry: ACTIVATION means sigx already spent its routing retries (most often on a type no host
+// registers), so it travels under FAILED_PRECONDITION, which no default policy retries.
 //
 //	FENCED            UNAVAILABLE         this host fenced itself; terminal until it restarts
 //	UNPLACEABLE       FAILED_PRECONDITION no active host registers the type
@@ -40,7 +43,7 @@ const (
 //	WRONG_HOST        FAILED_PRECONDITION the target does not hold/accept this actor; never ran
 //	TIMEOUT           DEADLINE_EXCEEDED   the call's deadline passed; a late result is discarded
 //	APP               UNKNOWN             the actor's own error, message passed through
-//	ACTIVATION        UNAVAILABLE         routing retries were spent; `cause` holds the last answer
+//	ACTIVATION        FAILED_PRECONDITION routing retries were spent; `cause` holds the last answer
 //	INVALID           INVALID_ARGUMENT    bad input: unknown type or method, oversize payload, ...
 //	UNAUTHENTICATED   UNAUTHENTICATED     a mesh peer failed the HMAC / mTLS check
 //	OUTCOME_UNKNOWN   ABORTED             the connection died with the call in flight: it may or

@@ -194,6 +194,8 @@ impl ActorHost for AppService {
                 e @ AttachError::AlreadyAttached(_) => ActorError::wrong_host(e.to_string()),
                 AttachError::Invalid(e) => ActorError::invalid(e.to_string()),
                 e @ AttachError::Undeclared { .. } => ActorError::invalid(e.to_string()),
+                // INVALID, not FAILED_PRECONDITION: retrying the same registration cannot help.
+                e @ AttachError::TypesChanged { .. } => ActorError::invalid(e.to_string()),
             })?;
         let _ = tx.send(Ok(v1::SidecarMessage {
             msg: Some(v1::sidecar_message::Msg::Registered(v1::Registered {

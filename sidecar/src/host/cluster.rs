@@ -269,6 +269,7 @@ pub(crate) async fn bring_up(b: BringUp) {
     // The drift margin covers clock *rate* differences between machines, which scale with the
     // interval measured: a tenth of the TTL, at most the default second.
     mcfg.drift_margin = (cfg.ttl / 10).min(mcfg.drift_margin);
+    mcfg.coalesce = cfg.membership_coalesce;
     let membership = {
         let mut backoff = Duration::from_millis(100);
         loop {
@@ -332,16 +333,20 @@ pub(crate) async fn bring_up(b: BringUp) {
             }
         },
         None if mtls.is_some() => {
-            tracing::info!("mesh peers are authenticated by mutual TLS (no HMAC secret)");
+            // Only with the written --insecure (config.rs refuses mTLS alone).
+            tracing::info!(
+                "mesh peers are authenticated by mutual TLS only (no HMAC secret, --insecure)"
+            );
             MeshAuth::Insecure
         }
         None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
     };
     let connector: Arc<dyn crate::mesh::Connector> = match &mtls {
-        Some(tls) => Arc::new(crate::mesh::TlsConnector::new(
-            opts.connector.clone(),
-            tls.clone(),
-        )),
+        // The server dialled must be the host it is dialled as.
+        Some(tls) => Arc::new(
+            crate::mesh::TlsConnector::new(opts.connector.clone(), tls.clone())
+                .with_peer_identity(cfg.cluster.clone()),
+        ),
         None => opts.connector.clone(),
     };
     let mesh = Arc::new(MeshClient::new(
@@ -383,12 +388,17 @@ pub(crate) async fn bring_up(b: BringUp) {
         max_message_bytes: cfg.max_payload_bytes + 64 * 1024,
         ..MeshServerConfig::default()
     };
-    let verifier = Arc::new(Verifier::new(
+    let verifier = Verifier::new(
         auth,
         opts.clock.clone(),
         Duration::from_secs(60),
         Arc::new(KnownFromViews(views.clone() as Arc<dyn ViewSource>)),
-    ));
+    );
+    // With mTLS a peer's claimed host id must be the one its certificate names.
+    let verifier = Arc::new(match &mtls {
+        Some(_) => verifier.with_cert_identity(cfg.cluster.clone()),
+        None => verifier,
+    });
     let service = MeshService::new(
         Arc::new(Inbound::new(router.clone())),
         Arc::new(directory.clone()),

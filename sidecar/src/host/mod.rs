@@ -203,9 +203,15 @@ impl Host {
             None
         };
         let mtls = match &cfg.mtls {
-            Some(t) if clustered => Some(Arc::new(
-                crate::mesh::MeshTls::load(t).map_err(|e| HostError::Tls(e.to_string()))?,
-            )),
+            Some(t) if clustered => {
+                let tls =
+                    crate::mesh::MeshTls::load(t).map_err(|e| HostError::Tls(e.to_string()))?;
+                // Peers bind every request to the certificate's identity: a certificate that
+                // does not name this host is a configuration error now, not refusals later.
+                tls.check_own_identity(&cfg.cluster, &cfg.host_id)
+                    .map_err(|e| HostError::Tls(e.to_string()))?;
+                Some(Arc::new(tls))
+            }
             _ => None,
         };
         // The state store is opened (and its schema created or migrated) before anything binds:
@@ -266,6 +272,8 @@ impl Host {
                 slow_turn: cfg.slow_turn,
                 lifecycle_turn_timeout: cfg.call_timeout,
                 declared_types: cfg.declared_types.clone(),
+                // A clustered host publishes its first app's types at the join.
+                pin_first_registration: clustered,
                 clock: opts.clock.clone(),
                 state: state_store,
                 call_timeout: cfg.call_timeout,

@@ -83,6 +83,11 @@ impl<E: Clone + Send + Sync + 'static> RefreshCoalescer<E> {
         }
     }
 
+    /// The trailing window this coalescer waits out after a read.
+    pub fn window(&self) -> Duration {
+        self.inner.window
+    }
+
     /// How many reads actually ran.
     pub fn reads(&self) -> u64 {
         self.inner.reads.load(Ordering::Relaxed)

@@ -1214,6 +1214,11 @@ impl MembershipHandle {
         Ok(self.view())
     }
 
+    /// The trailing window of this host's refresh coalescer (`coalesceMs`), as configured.
+    pub fn coalesce_window(&self) -> Duration {
+        self.inner.coalescer().window()
+    }
+
     /// Waits until the view satisfies `pred`, or `timeout` passes.
     pub async fn wait_for_view(
         &self,

@@ -217,6 +217,8 @@ pub struct Verifier {
     clock: SharedClock,
     window: Duration,
     peers: Arc<dyn KnownPeers>,
+    /// With mTLS: the cluster whose certificate identities bind claimed host ids.
+    cert_cluster: Option<String>,
 }
 
 impl fmt::Debug for Verifier {
@@ -241,14 +243,37 @@ impl Verifier {
             clock,
             window,
             peers,
+            cert_cluster: None,
         }
     }
 
-    /// Verifies a request's headers for `path`; on success returns the peer id.
-    ///
-    /// Order matters: the MAC is checked before membership, so an unauthenticated caller learns
-    /// nothing about which host ids exist.
+    /// Also requires, on every request, that the connection's verified TLS certificate binds
+    /// the claimed `sigx-peer` host id of `cluster` (a URI SAN `spiffe://<cluster>/host/<id>`,
+    /// see [`crate::mesh::tls::binds_host`]). Without it any certificate the CA signed could
+    /// claim any host id and `Register` or `Collect` as that host.
+    pub fn with_cert_identity(mut self, cluster: impl Into<String>) -> Self {
+        self.cert_cluster = Some(cluster.into());
+        self
+    }
+
+    /// Verifies a request's headers for `path` as if it came over a connection proving no
+    /// certificate identity; see [`Verifier::verify_conn`].
     pub fn verify(&self, headers: &HeaderMap, path: &str) -> Result<String, ActorError> {
+        self.verify_conn(headers, path, None)
+    }
+
+    /// Verifies a request's headers for `path`, arriving on a connection whose verified
+    /// certificate carries the URI SANs `cert_uris` (`None`: no TLS); on success returns the
+    /// peer id.
+    ///
+    /// Order matters: the MAC and the certificate are checked before membership, so an
+    /// unauthenticated caller learns nothing about which host ids exist.
+    pub fn verify_conn(
+        &self,
+        headers: &HeaderMap,
+        path: &str,
+        cert_uris: Option<&[String]>,
+    ) -> Result<String, ActorError> {
         let peer = headers
             .get(PEER_HEADER)
             .and_then(|v| v.to_str().ok())
@@ -288,6 +313,17 @@ impl Verifier {
                     "mesh request from {peer:?} is timestamped {skew} ms away from this host's \
                      clock (window ±{} ms): a replay, or clocks out of sync (check NTP)",
                     self.window.as_millis()
+                )));
+            }
+        }
+        if let Some(cluster) = &self.cert_cluster {
+            let uris = cert_uris.unwrap_or(&[]);
+            if !crate::mesh::tls::binds_host(uris, cluster, peer) {
+                return Err(ActorError::unauthenticated(format!(
+                    "mesh request claims host {peer:?} but the connection's certificate does not \
+                     name it: expected a URI SAN {} (the certificate names {uris:?}); each host \
+                     needs a certificate for its own identity",
+                    crate::mesh::tls::host_identity(cluster, peer)
                 )));
             }
         }
@@ -352,7 +388,14 @@ where
     }
 
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
-        match self.verifier.verify(req.headers(), req.uri().path()) {
+        let cert_uris = req
+            .extensions()
+            .get::<crate::mesh::transport::ConnInfo>()
+            .and_then(|c| c.cert_uris.clone());
+        match self
+            .verifier
+            .verify_conn(req.headers(), req.uri().path(), cert_uris.as_deref())
+        {
             Ok(peer) => {
                 req.extensions_mut().insert(VerifiedPeer(peer));
                 futures::future::Either::Left(self.inner.call(req))

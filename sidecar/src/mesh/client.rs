@@ -166,6 +166,8 @@ struct LinkState {
 /// task hand-off per call on the hottest path of a cross-host call. Dials are this type's own
 /// (serialized, with the backoff of [`LinkState`]), so nothing of `Channel` was needed.
 struct PeerLink {
+    /// The host id dialled (a TLS connector checks the server's certificate names it).
+    id: String,
     advertise: String,
     /// `http://<advertise>`: the `:authority` of every request.
     origin: http::Uri,
@@ -523,6 +525,7 @@ impl MeshClient {
             }
         })?;
         let link = Arc::new(PeerLink {
+            id: peer.id.to_owned(),
             advertise: peer.advertise.to_owned(),
             origin,
             state: Arc::new(watch::Sender::new(LinkState::default())),
@@ -958,7 +961,7 @@ async fn dial(link: Arc<PeerLink>, connector: Arc<dyn Connector>, config: MeshCl
     let addr = link.advertise.as_str();
     let timeout = config.connect_timeout;
     let opened = tokio::time::timeout(timeout, async {
-        let io = connector.connect(addr).await?;
+        let io = connector.connect_to(&link.id, addr).await?;
         link.state.send_modify(|s| {
             s.open += 1;
             s.connects += 1;

@@ -22,5 +22,9 @@ pub use auth::{
 };
 pub use client::{MeshCallError, MeshClient, MeshClientConfig, PeerAddr};
 pub use server::{DeliverHandler, DirectoryHandler, MeshServerConfig, MeshService, serve};
-pub use tls::{MeshTls, MeshTlsConfig, TlsConnector, TlsError, TlsListener};
-pub use transport::{AcceptLimits, BoxedIo, Connector, Listener, TcpConnector, TcpMeshListener};
+pub use tls::{
+    MeshTls, MeshTlsConfig, TlsConnector, TlsError, TlsListener, binds_host, host_identity,
+};
+pub use transport::{
+    AcceptLimits, Accepted, BoxedIo, ConnInfo, Connector, Listener, TcpConnector, TcpMeshListener,
+};

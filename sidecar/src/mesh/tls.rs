@@ -6,7 +6,7 @@
 //! [`Connector`], [`TlsListener`] any [`Listener`]. Handshakes on the listening side run in their
 //! own tasks with a timeout, so a peer that opens a socket and stalls cannot hold up accepts.
 
-use super::transport::{BoxedIo, Connector, Listener};
+use super::transport::{Accepted, BoxedIo, Connector, Listener};
 use async_trait::async_trait;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::io;
@@ -64,6 +64,52 @@ pub enum TlsError {
     /// The configured server name is not a DNS name or IP address.
     #[error("{0:?} is not a valid TLS server name")]
     ServerName(String),
+    /// This host's own certificate does not name it, so every peer would refuse it.
+    #[error(
+        "{path} does not name this host: it needs a URI SAN {expected} (the certificate names \
+         {found:?}); issue the host a certificate for its own identity"
+    )]
+    NotOurIdentity {
+        /// The certificate file.
+        path: PathBuf,
+        /// The URI SAN expected.
+        expected: String,
+        /// The URI SANs it has.
+        found: Vec<String>,
+    },
+}
+
+/// The URI SAN naming host `name` of `cluster` in a mesh certificate, in SPIFFE form:
+/// `spiffe://<cluster>/host/<name>`. The cluster is the trust domain, so a certificate issued for
+/// one cluster cannot claim a host of another even under a shared CA.
+pub fn host_identity(cluster: &str, name: &str) -> String {
+    format!("spiffe://{cluster}/host/{name}")
+}
+
+/// Whether the URI SANs `uris` bind the host id `host_id` of `cluster`: one of them is
+/// [`host_identity`] of the host id itself, or of the host id without its incarnation suffix
+/// (`-` and 8 lowercase hex digits, which the sidecar appends to a default host id, so a
+/// certificate issued for pod `web-0` binds `web-0-1a2b3c4d`). Do not give a host an explicit id
+/// that is another's certificate name plus such a suffix.
+pub fn binds_host(uris: &[String], cluster: &str, host_id: &str) -> bool {
+    let base = host_id
+        .rsplit_once('-')
+        .filter(|(_, s)| s.len() == 8 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .map(|(b, _)| b);
+    uris.iter().any(|u| {
+        u.strip_prefix("spiffe://")
+            .and_then(|r| r.strip_prefix(cluster))
+            .and_then(|r| r.strip_prefix("/host/"))
+            .is_some_and(|n| n == host_id || Some(n) == base)
+    })
+}
+
+/// The URI SANs of a DER certificate (empty when it has none or does not parse).
+pub fn uri_sans(cert: &CertificateDer<'_>) -> Vec<String> {
+    match webpki::EndEntityCert::try_from(cert) {
+        Ok(ee) => ee.valid_uri_names().map(str::to_owned).collect(),
+        Err(_) => Vec::new(),
+    }
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -109,6 +155,8 @@ fn key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
 /// Loaded TLS configuration for both directions.
 #[derive(Clone)]
 pub struct MeshTls {
+    own_uris: Vec<String>,
+    own_cert: PathBuf,
     client: Arc<rustls::ClientConfig>,
     server: Arc<rustls::ServerConfig>,
     server_name: Option<ServerName<'static>>,
@@ -127,6 +175,7 @@ impl MeshTls {
     pub fn load(cfg: &MeshTlsConfig) -> Result<Self, TlsError> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain = certs("the certificate chain", &cfg.cert)?;
+        let own_uris = uri_sans(&chain[0]);
         let key = key(&cfg.key)?;
         let mut roots = rustls::RootCertStore::empty();
         for ca in certs("CA certificates", &cfg.ca)? {
@@ -155,9 +204,25 @@ impl MeshTls {
             .map(|n| ServerName::try_from(n.clone()).map_err(|_| TlsError::ServerName(n.clone())))
             .transpose()?;
         Ok(MeshTls {
+            own_uris,
+            own_cert: cfg.cert.clone(),
             client: Arc::new(client),
             server: Arc::new(server),
             server_name,
+        })
+    }
+
+    /// Checks that this host's own certificate binds `host_id` of `cluster` (see
+    /// [`binds_host`]): a host started with another's certificate fails at once, naming the
+    /// identity it needs, instead of having every mesh request refused.
+    pub fn check_own_identity(&self, cluster: &str, host_id: &str) -> Result<(), TlsError> {
+        if binds_host(&self.own_uris, cluster, host_id) {
+            return Ok(());
+        }
+        Err(TlsError::NotOurIdentity {
+            path: self.own_cert.clone(),
+            expected: host_identity(cluster, host_id),
+            found: self.own_uris.clone(),
         })
     }
 
@@ -183,23 +248,55 @@ impl MeshTls {
 pub struct TlsConnector<C> {
     inner: C,
     tls: Arc<MeshTls>,
+    /// With it, the server's certificate must bind the host id dialled (see [`binds_host`]).
+    peer_cluster: Option<String>,
 }
 
 impl<C> TlsConnector<C> {
     /// Wraps `inner`.
     pub fn new(inner: C, tls: Arc<MeshTls>) -> Self {
-        TlsConnector { inner, tls }
+        TlsConnector {
+            inner,
+            tls,
+            peer_cluster: None,
+        }
+    }
+
+    /// Also requires that the certificate of the server dialled as host `peer` (through
+    /// [`Connector::connect_to`]) names it in `cluster`: a CA-signed host answering at another
+    /// host's address is then a failed dial (the call never ran), not a peer.
+    pub fn with_peer_identity(mut self, cluster: impl Into<String>) -> Self {
+        self.peer_cluster = Some(cluster.into());
+        self
     }
 }
 
-#[async_trait]
-impl<C: Connector> Connector for TlsConnector<C> {
-    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+impl<C: Connector> TlsConnector<C> {
+    async fn dial(&self, peer: Option<&str>, addr: &str) -> io::Result<BoxedIo> {
         let io = self.inner.connect(addr).await?;
         let name = self.tls.name_for(addr)?;
         let mut stream = tokio_rustls::TlsConnector::from(self.tls.client.clone())
             .connect(name, io)
             .await?;
+        if let (Some(cluster), Some(peer)) = (&self.peer_cluster, peer) {
+            let uris: Vec<String> = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(uri_sans)
+                .unwrap_or_default();
+            if !binds_host(&uris, cluster, peer) {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "{addr} answered as host {peer:?} with a certificate that does not name \
+                         it: expected a URI SAN {} (it names {uris:?})",
+                        host_identity(cluster, peer)
+                    ),
+                ));
+            }
+        }
         // In TLS 1.3 the client finishes its handshake before the server has judged the client
         // certificate; a refusal arrives as an alert on the first read. Wait for the server's
         // first bytes (an HTTP/2 server sends SETTINGS at once) so that a refused certificate
@@ -220,6 +317,17 @@ impl<C: Connector> Connector for TlsConnector<C> {
             pos: 0,
             io: stream,
         }))
+    }
+}
+
+#[async_trait]
+impl<C: Connector> Connector for TlsConnector<C> {
+    async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
+        self.dial(None, addr).await
+    }
+
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        self.dial(Some(peer), addr).await
     }
 }
 
@@ -270,7 +378,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Prefixed<T> {
 /// Accepts through `inner` and hands out connections whose TLS handshake (with a verified
 /// client certificate) completed.
 pub struct TlsListener {
-    rx: mpsc::Receiver<(BoxedIo, Option<SocketAddr>)>,
+    rx: mpsc::Receiver<Accepted>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -306,7 +414,22 @@ impl TlsListener {
                     let _permit = permit;
                     match tokio::time::timeout(handshake_timeout, acceptor.accept(io)).await {
                         Ok(Ok(stream)) => {
-                            let _ = tx.send((Box::new(stream) as BoxedIo, remote)).await;
+                            // The client certificate was verified against the CA in the
+                            // handshake; its URI SANs travel with the connection.
+                            let uris: Vec<String> = stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(uri_sans)
+                                .unwrap_or_default();
+                            let _ = tx
+                                .send(Accepted {
+                                    io: Box::new(stream),
+                                    remote,
+                                    cert_uris: Some(uris.into()),
+                                })
+                                .await;
                         }
                         Ok(Err(e)) => {
                             tracing::warn!(?remote, error = %e, "mesh TLS handshake refused")
@@ -323,9 +446,37 @@ impl TlsListener {
 #[async_trait]
 impl Listener for TlsListener {
     async fn accept(&mut self) -> io::Result<(BoxedIo, Option<SocketAddr>)> {
+        let a = self.accept_conn().await?;
+        Ok((a.io, a.remote))
+    }
+
+    async fn accept_conn(&mut self) -> io::Result<Accepted> {
         self.rx
             .recv()
             .await
             .ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "TLS acceptor stopped"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_is_bound_by_its_own_name_or_its_name_before_the_incarnation_suffix() {
+        let uris = vec![host_identity("prod", "web-0")];
+        assert!(binds_host(&uris, "prod", "web-0"));
+        assert!(binds_host(&uris, "prod", "web-0-1a2b3c4d"));
+        assert!(!binds_host(&uris, "prod", "web-1"));
+        assert!(!binds_host(&uris, "prod", "web-0-1A2B3C4D"));
+        assert!(!binds_host(&uris, "prod", "web-0-extra"));
+        assert!(!binds_host(&uris, "staging", "web-0"));
+        assert!(!binds_host(&uris, "pro", "web-0"));
+        assert!(!binds_host(&[], "prod", "web-0"));
+        assert!(!binds_host(
+            &["https://prod/host/web-0".into()],
+            "prod",
+            "web-0"
+        ));
     }
 }

@@ -25,6 +25,13 @@ pub type BoxedIo = Box<dyn MeshIo>;
 pub trait Connector: Send + Sync + 'static {
     /// Opens a connection. An error means nothing was sent: the call never ran.
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo>;
+
+    /// Opens a connection to host `peer` at `addr`. Plain transports cannot tell who answers;
+    /// the mTLS connector also checks that the server's certificate names `peer`.
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        let _ = peer;
+        self.connect(addr).await
+    }
 }
 
 /// A shared connector is a connector (so wrappers such as TLS can take an injected one).
@@ -32,6 +39,9 @@ pub trait Connector: Send + Sync + 'static {
 impl Connector for std::sync::Arc<dyn Connector> {
     async fn connect(&self, addr: &str) -> io::Result<BoxedIo> {
         (**self).connect(addr).await
+    }
+    async fn connect_to(&self, peer: &str, addr: &str) -> io::Result<BoxedIo> {
+        (**self).connect_to(peer, addr).await
     }
 }
 
@@ -53,6 +63,28 @@ impl Connector for TcpConnector {
 pub trait Listener: Send + 'static {
     /// The next connection and, when known, the remote address.
     async fn accept(&mut self) -> io::Result<(BoxedIo, Option<SocketAddr>)>;
+
+    /// The next connection with what the transport proved about its peer. Plain transports
+    /// prove nothing; the mTLS listener passes on the URI SANs of the verified client
+    /// certificate, which the auth layer binds to the claimed host id on every request.
+    async fn accept_conn(&mut self) -> io::Result<Accepted> {
+        let (io, remote) = self.accept().await?;
+        Ok(Accepted {
+            io,
+            remote,
+            cert_uris: None,
+        })
+    }
+}
+
+/// One accepted connection (see [`Listener::accept_conn`]).
+pub struct Accepted {
+    /// The byte stream.
+    pub io: BoxedIo,
+    /// The remote address, when known.
+    pub remote: Option<SocketAddr>,
+    /// The URI SANs of the peer's verified certificate; `None` when the transport has none.
+    pub cert_uris: Option<Arc<[String]>>,
 }
 
 /// A TCP listener.
@@ -114,19 +146,28 @@ impl Default for AcceptLimits {
 pub struct Incoming {
     io: BoxedIo,
     remote: Option<SocketAddr>,
+    cert_uris: Option<Arc<[String]>>,
     /// Closes the connection if the peer stays silent; `None` once it spoke.
     first_byte: Option<Pin<Box<tokio::time::Sleep>>>,
     _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// Connection info exposed to handlers through request extensions.
-#[derive(Debug, Clone, Copy)]
-pub struct RemoteAddr(pub Option<SocketAddr>);
+/// Connection info, put by tonic into the extensions of every request of the connection.
+#[derive(Debug, Clone, Default)]
+pub struct ConnInfo {
+    /// The remote address, when known.
+    pub remote: Option<SocketAddr>,
+    /// The URI SANs of the peer's verified TLS certificate; `None` without TLS.
+    pub cert_uris: Option<Arc<[String]>>,
+}
 
 impl tonic::transport::server::Connected for Incoming {
-    type ConnectInfo = RemoteAddr;
-    fn connect_info(&self) -> RemoteAddr {
-        RemoteAddr(self.remote)
+    type ConnectInfo = ConnInfo;
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            remote: self.remote,
+            cert_uris: self.cert_uris.clone(),
+        }
     }
 }
 
@@ -199,11 +240,16 @@ pub fn incoming<L: Listener>(
         move |(mut listener, permits)| async move {
             let permit = permits.clone().acquire_owned().await.ok()?;
             loop {
-                match listener.accept().await {
-                    Ok((io, remote)) => {
+                match listener.accept_conn().await {
+                    Ok(Accepted {
+                        io,
+                        remote,
+                        cert_uris,
+                    }) => {
                         let conn = Incoming {
                             io,
                             remote,
+                            cert_uris,
                             first_byte: Some(Box::pin(tokio::time::sleep(
                                 limits.first_byte_timeout,
                             ))),

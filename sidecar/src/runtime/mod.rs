@@ -84,6 +84,10 @@ pub struct RuntimeConfig {
     pub lifecycle_turn_timeout: Duration,
     /// The (stateful, worker) types the role declares; the app must register exactly these.
     pub declared_types: Option<(Vec<String>, Vec<String>)>,
+    /// Whether the types of the first app registration are this host's for good (a clustered
+    /// host publishes them in its membership descriptor at the join, and its fence policy
+    /// follows them): a later app registering other types is then refused.
+    pub pin_first_registration: bool,
     /// The pod's clocks: a turn's not-after is absolute wall-clock time, which the app compares
     /// with its own (same machine) wall clock.
     pub clock: crate::clock::SharedClock,
@@ -115,6 +119,7 @@ impl Default for RuntimeConfig {
             slow_turn: Duration::from_secs(5),
             lifecycle_turn_timeout: Duration::from_secs(30),
             declared_types: None,
+            pin_first_registration: false,
             clock: crate::clock::system(),
             state: Arc::new(crate::state::memory::MemoryStateStore::new()),
             call_timeout: Duration::from_secs(30),
@@ -216,6 +221,8 @@ pub(crate) struct Inner {
     outstanding: Arc<Outstanding>,
     /// Wakes this host's reminder owner when a reminder is set here.
     reminder_nudge: Arc<tokio::sync::Notify>,
+    /// The (stateful, worker) types of the first registration, with `pin_first_registration`.
+    pinned_types: Mutex<Option<(Vec<String>, Vec<String>)>>,
 }
 
 /// The local actor runtime of one host.
@@ -254,6 +261,19 @@ pub enum AttachError {
         declared_actors: String,
         declared_workers: String,
     },
+    #[error(
+        "the app registers actors [{registered_actors}] and workers [{registered_workers}], but \
+         this host published actors [{published_actors}] and workers [{published_workers}] when \
+         its first app registered, and a running host's types cannot change (peers place actors \
+         by them and its fence policy follows them): register the same types, or restart the \
+         sidecar, which joins as a new host publishing the new ones"
+    )]
+    TypesChanged {
+        registered_actors: String,
+        registered_workers: String,
+        published_actors: String,
+        published_workers: String,
+    },
 }
 
 impl Runtime {
@@ -273,6 +293,7 @@ impl Runtime {
                 lifecycles: watch::channel(0).0,
                 outstanding: Arc::new(Outstanding::default()),
                 reminder_nudge: Arc::default(),
+                pinned_types: Mutex::new(None),
             }),
         }
     }
@@ -328,6 +349,23 @@ impl Runtime {
                 });
             }
         }
+        // Held to the end of the attach, so two apps racing cannot both pin.
+        let mut pinned = self.inner.pinned_types.lock().expect("pinned types lock");
+        let types = (
+            registry.actors.keys().cloned().collect::<Vec<_>>(),
+            registry.workers.keys().cloned().collect::<Vec<_>>(),
+        );
+        if self.inner.cfg.pin_first_registration
+            && let Some(published) = pinned.as_ref()
+            && *published != types
+        {
+            return Err(AttachError::TypesChanged {
+                registered_actors: types.0.join(", "),
+                registered_workers: types.1.join(", "),
+                published_actors: published.0.join(", "),
+                published_workers: published.1.join(", "),
+            });
+        }
         let id = self.inner.next_session.fetch_add(1, Ordering::Relaxed);
         let session = AppSession::new(id, registry, tx, self.inner.outstanding.clone());
         let mut refused = None;
@@ -344,6 +382,10 @@ impl Runtime {
         if let Some(name) = refused {
             return Err(AttachError::AlreadyAttached(name));
         }
+        if self.inner.cfg.pin_first_registration && pinned.is_none() {
+            *pinned = Some(types);
+        }
+        drop(pinned);
         {
             let mut workers = self.inner.workers.lock().expect("workers lock");
             workers.clear();

@@ -48,6 +48,19 @@ impl<H: DeliverHandler> MeshServer<H> {
         handler: H,
         config: MeshServerConfig,
     ) -> Self {
+        Self::start_checking_certs(listener, addr, auth, handler, config, None).await
+    }
+
+    /// [`MeshServer::start`], and with `cert_cluster` every request's claimed peer must be
+    /// bound by its connection's certificate (a URI SAN `spiffe://<cluster>/host/<peer>`).
+    pub async fn start_checking_certs(
+        listener: impl Listener,
+        addr: String,
+        auth: MeshAuth,
+        handler: H,
+        config: MeshServerConfig,
+        cert_cluster: Option<&str>,
+    ) -> Self {
         let view = DirView::new(
             1,
             vec![
@@ -64,12 +77,16 @@ impl<H: DeliverHandler> MeshServer<H> {
             MeshClientConfig::default(),
         ));
         let dir = Directory::start(cell.clone(), mesh, DirectoryConfig::default());
-        let verifier = Arc::new(Verifier::new(
+        let verifier = Verifier::new(
             auth,
             system(),
             Duration::from_secs(60),
             Arc::new(KnownFromViews(cell)),
-        ));
+        );
+        let verifier = Arc::new(match cert_cluster {
+            Some(cluster) => verifier.with_cert_identity(cluster),
+            None => verifier,
+        });
         let handler = Arc::new(handler);
         let service = MeshService::new(handler.clone(), Arc::new(dir.clone()), &config);
         let (stop, rx) = oneshot::channel();

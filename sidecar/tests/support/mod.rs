@@ -424,10 +424,12 @@ pub fn overlapping_activations(apps: &[(&str, &TestApp)]) -> Vec<String> {
     bad
 }
 
-/// Writes `tls.crt`, `tls.key` and `ca.crt` into `dir` (the layout of SIGX_MTLS_DIR, as a
-/// kubernetes.io/tls Secret with its CA mounts): a fresh CA and one leaf for IP 127.0.0.1 made
-/// by the `openssl` CLI, valid as both client and server.
-pub fn make_mtls_dir(dir: &Path) {
+/// Makes `<dir>/<host>/` hold `tls.crt`, `tls.key` and `ca.crt` (the layout of SIGX_MTLS_DIR, as
+/// a kubernetes.io/tls Secret with its CA mounts) for host `host` of cluster `cluster`: a leaf for
+/// IP 127.0.0.1 and the URI SAN `spiffe://<cluster>/host/<host>` that binds the host id, valid as
+/// both client and server, signed by the CA in `<dir>/ca.crt` (made by the `openssl` CLI on the
+/// first call). Returns the host's directory.
+pub fn make_mtls_dir(dir: &Path, cluster: &str, host: &str) -> std::path::PathBuf {
     let run = |args: &[&str]| {
         let out = std::process::Command::new("openssl")
             .args(args)
@@ -440,7 +442,7 @@ pub fn make_mtls_dir(dir: &Path) {
             String::from_utf8_lossy(&out.stderr)
         );
     };
-    std::fs::create_dir_all(dir).unwrap();
+    std::fs::create_dir_all(dir.join(host)).unwrap();
     let ec = [
         "-newkey",
         "ec",
@@ -448,55 +450,61 @@ pub fn make_mtls_dir(dir: &Path) {
         "ec_paramgen_curve:P-256",
         "-nodes",
     ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend(ec);
-    ca.extend([
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=sigx-test-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign",
-    ]);
-    run(&ca);
+    if !dir.join("ca.crt").exists() {
+        let mut ca = vec!["req", "-x509"];
+        ca.extend(ec);
+        ca.extend([
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=sigx-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ]);
+        run(&ca);
+    }
+    let ext = format!("{host}.cnf");
     std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n\
-         basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n",
+        dir.join(&ext),
+        format!(
+            "subjectAltName=IP:127.0.0.1,URI:spiffe://{cluster}/host/{host}\n\
+             extendedKeyUsage=serverAuth,clientAuth\n\
+             basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+        ),
     )
     .unwrap();
-    let mut csr = vec!["req"];
-    csr.extend(ec);
-    csr.extend([
-        "-keyout",
-        "tls.key",
-        "-out",
-        "tls.csr",
-        "-subj",
-        "/CN=sigx-host",
-    ]);
-    run(&csr);
+    let (key, csr, crt) = (
+        format!("{host}/tls.key"),
+        format!("{host}/tls.csr"),
+        format!("{host}/tls.crt"),
+    );
+    let mut req = vec!["req"];
+    req.extend(ec);
+    req.extend(["-keyout", &key, "-out", &csr, "-subj", "/CN=sigx-host"]);
+    run(&req);
     run(&[
         "x509",
         "-req",
         "-in",
-        "tls.csr",
+        &csr,
         "-CA",
         "ca.crt",
         "-CAkey",
         "ca.key",
         "-CAcreateserial",
         "-out",
-        "tls.crt",
+        &crt,
         "-days",
         "2",
         "-extfile",
-        "ext.cnf",
+        &ext,
     ]);
+    std::fs::copy(dir.join("ca.crt"), dir.join(host).join("ca.crt")).unwrap();
+    dir.join(host)
 }

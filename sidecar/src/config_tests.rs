@@ -1,0 +1,230 @@
+//! Tests of the configuration rules (config.rs): every bad value named, the secret rules, the
+//! defaults derived from other settings.
+
+use super::*;
+
+fn args(extra: &[&str]) -> Args {
+    let mut v = vec!["sigx-sidecar", "--membership", "none"];
+    v.extend_from_slice(extra);
+    Args::try_parse_from(v).expect("parse")
+}
+
+#[test]
+fn ttl_must_exceed_twice_the_beat() {
+    let err = args(&["--beat-ms", "5000", "--ttl-ms", "10000"])
+        .validate()
+        .unwrap_err();
+    assert!(matches!(err, ConfigError::TtlTooShort { .. }), "{err}");
+    assert!(err.to_string().contains("SIGX_TTL_MS=10000"));
+    assert!(
+        args(&["--beat-ms", "5000", "--ttl-ms", "10001"])
+            .validate()
+            .is_ok()
+    );
+}
+
+#[test]
+fn bad_values_are_named() {
+    let err = args(&["--health-addr", "nope"]).validate().unwrap_err();
+    assert!(
+        err.to_string().contains("SIGX_HEALTH_ADDR=\"nope\""),
+        "{err}"
+    );
+    let err = args(&["--beat-ms", "0"]).validate().unwrap_err();
+    assert!(err.to_string().contains("SIGX_BEAT_MS"), "{err}");
+}
+
+#[test]
+fn the_coalescing_window_defaults_to_zero_and_is_bounded_by_the_beat() {
+    assert_eq!(
+        args(&[]).validate().unwrap().membership_coalesce,
+        Duration::ZERO
+    );
+    let cfg = args(&["--membership-coalesce-ms", "50"])
+        .validate()
+        .unwrap();
+    assert_eq!(cfg.membership_coalesce, Duration::from_millis(50));
+    let err = args(&[
+        "--beat-ms",
+        "100",
+        "--ttl-ms",
+        "300",
+        "--membership-coalesce-ms",
+        "101",
+    ])
+    .validate()
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("SIGX_MEMBERSHIP_COALESCE_MS=\"101\"")
+            && err.to_string().contains("SIGX_BEAT_MS=100"),
+        "{err}"
+    );
+    let err = Args::try_parse_from([
+        "sigx-sidecar",
+        "--membership",
+        "none",
+        "--membership-coalesce-ms",
+        "soon",
+    ])
+    .unwrap_err();
+    assert!(err.to_string().contains("soon"), "{err}");
+}
+
+#[test]
+fn worker_threads_are_bounded_and_named() {
+    assert_eq!(args(&[]).validate().unwrap().worker_threads, None);
+    assert_eq!(
+        args(&["--worker-threads", "1"])
+            .validate()
+            .unwrap()
+            .worker_threads,
+        Some(1)
+    );
+    for bad in ["0", "65"] {
+        let err = args(&["--worker-threads", bad]).validate().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("SIGX_WORKER_THREADS={bad:?}")),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn secret_rules() {
+    let base = [
+        "sigx-sidecar",
+        "--membership",
+        "sqlite",
+        "--sqlite-path",
+        "x.db",
+    ];
+    let parse = |extra: &[&str]| {
+        let mut v = base.to_vec();
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).unwrap().validate()
+    };
+    assert!(matches!(
+        parse(&[]).unwrap_err(),
+        ConfigError::MissingSecret
+    ));
+    assert!(parse(&["--insecure"]).is_ok());
+    // mTLS alone is not the written opt-out.
+    let mtls = tempfile::tempdir().unwrap();
+    let dir = mtls.path().to_str().unwrap();
+    let err = parse(&["--mtls-dir", dir]).unwrap_err();
+    assert!(matches!(err, ConfigError::MtlsWithoutSecret), "{err}");
+    assert!(err.to_string().contains("--insecure"), "{err}");
+    assert!(parse(&["--mtls-dir", dir, "--insecure"]).is_ok());
+    assert!(parse(&["--mtls-dir", dir, "--secret", "s"]).is_ok());
+    assert!(matches!(
+        parse(&["--secret", "  "]).unwrap_err(),
+        ConfigError::EmptySecret
+    ));
+    assert!(matches!(
+        parse(&["--secret", "", "--insecure"]).unwrap_err(),
+        ConfigError::EmptySecret
+    ));
+    let cfg = parse(&["--secret", "hunter2"]).unwrap();
+    assert!(!format!("{cfg:?}").contains("hunter2"));
+}
+
+#[test]
+fn a_secret_file_is_bytes_minus_one_trailing_line_ending() {
+    assert_eq!(secret_file_key(vec![0xff; 32]), vec![0xff; 32]);
+    assert_eq!(secret_file_key(b"s3cret\n".to_vec()), b"s3cret");
+    assert_eq!(secret_file_key(b"s3cret\r\n".to_vec()), b"s3cret");
+    assert_eq!(secret_file_key(b"s3cret\n\n".to_vec()), b"s3cret\n");
+    assert_eq!(secret_file_key(b" s3cret ".to_vec()), b" s3cret ");
+    let dir = tempfile::tempdir().unwrap();
+    let read = |bytes: &[u8]| {
+        let path = dir.path().join("secret");
+        std::fs::write(&path, bytes).unwrap();
+        Args::try_parse_from([
+            "sigx-sidecar",
+            "--membership",
+            "none",
+            "--secret-file",
+            path.to_str().unwrap(),
+        ])
+        .unwrap()
+        .validate()
+    };
+    let ff = read(&[0xff; 32]).unwrap().secret.unwrap();
+    let fe = read(&[0xfe; 32]).unwrap().secret.unwrap();
+    assert_eq!(ff.expose(), &[0xff; 32]);
+    assert_ne!(ff, fe);
+    for blank in [&b""[..], b"\n", b" \t\r\n"] {
+        assert!(
+            matches!(read(blank).unwrap_err(), ConfigError::EmptySecret),
+            "{blank:?}"
+        );
+    }
+}
+
+#[test]
+fn kubernetes_needs_pod_identity() {
+    let err = Args::try_parse_from(["sigx-sidecar", "--membership", "kubernetes", "--insecure"])
+        .unwrap()
+        .validate()
+        .unwrap_err();
+    assert!(
+        matches!(err, ConfigError::MissingPodIdentity("POD_NAME")),
+        "{err}"
+    );
+}
+
+#[test]
+fn unreadable_sqlite_directory_is_named() {
+    let err = Args::try_parse_from([
+        "sigx-sidecar",
+        "--insecure",
+        "--sqlite-path",
+        "/nonexistent-dir/m.db",
+    ])
+    .unwrap()
+    .validate()
+    .unwrap_err();
+    assert!(err.to_string().contains("/nonexistent-dir"), "{err}");
+}
+
+#[test]
+fn the_state_store_defaults_to_sqlite_beside_the_membership_file_else_memory() {
+    use crate::state::StateConfig;
+    assert_eq!(args(&[]).validate().unwrap().state, StateConfig::Memory);
+    let cfg = Args::try_parse_from([
+        "sigx-sidecar",
+        "--insecure",
+        "--sqlite-path",
+        "/tmp/membership.db",
+    ])
+    .unwrap()
+    .validate()
+    .unwrap();
+    assert_eq!(
+        cfg.state,
+        StateConfig::Sqlite {
+            path: "/tmp/sigx-state.db".into()
+        }
+    );
+    let err = args(&["--state", "postgres"]).validate().unwrap_err();
+    assert!(err.to_string().contains("SIGX_STATE_DSN_FILE"), "{err}");
+    let cfg = args(&[
+        "--state",
+        "postgres",
+        "--state-dsn",
+        "postgres://u:hunter2@db/s",
+    ])
+    .validate()
+    .unwrap();
+    assert!(!format!("{cfg:?}").contains("hunter2"));
+}
+
+#[test]
+fn host_ids_get_an_incarnation_suffix() {
+    let a = args(&[]).validate().unwrap().host_id;
+    let b = args(&[]).validate().unwrap().host_id;
+    assert_ne!(a, b);
+    assert!(a.starts_with("sigx-"));
+}
