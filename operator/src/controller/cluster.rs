@@ -164,6 +164,19 @@ async fn reconcile_inner(
 ) -> Result<Action, ReconcileError> {
     let previous = cluster.status.as_ref();
     let generation = cluster.metadata.generation;
+    let roles: Vec<Arc<sigx_crds::ActorRole>> = ctx
+        .roles
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.cluster_ref.name == name)
+        .collect();
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // Being deleted (a foreground delete, or another controller's finalizer): writing now
+        // would re-add the owner reference the garbage collector is removing from the objects
+        // the roles co-own, and hold the deletion up. Nothing to do but say what stays.
+        deleting(ctx, cluster, &roles).await;
+        return Ok(Action::await_change());
+    }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     // Lapse judgement needs a periodic look even when nothing is written.
     let requeue = Action::requeue(Duration::from_secs(
@@ -220,10 +233,20 @@ async fn reconcile_inner(
     let sa = render::service_account(cluster).map_err(ReconcileError::render(&object))?;
     let role = render::lease_role(cluster).map_err(ReconcileError::render(&object))?;
     let binding = render::lease_role_binding(cluster).map_err(ReconcileError::render(&object))?;
-    ctx.apply(namespace, &sa).await?;
-    ctx.apply(namespace, &role).await?;
-    ctx.apply(namespace, &binding).await?;
-    let secret = ensure_secret(cluster, ctx, namespace, &source).await?;
+    // The roles co-own what their pods need, so deleting the cluster first does not break them
+    // (see `render::co_owned_by_roles`).
+    let live: Vec<&sigx_crds::ActorRole> = roles
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .map(|r| &**r)
+        .collect();
+    ctx.apply(namespace, &render::co_owned_by_roles(sa, &live))
+        .await?;
+    ctx.apply(namespace, &render::co_owned_by_roles(role, &live))
+        .await?;
+    ctx.apply(namespace, &render::co_owned_by_roles(binding, &live))
+        .await?;
+    let secret = ensure_secret(cluster, ctx, namespace, &source, &live).await?;
 
     let tnow = tokio::time::Instant::now();
     let hosts: Vec<fleet::HostRecord> = ctx
@@ -237,13 +260,7 @@ async fn reconcile_inner(
         &hosts,
         previous.and_then(|s| s.membership_version),
     );
-    let roles: Vec<String> = ctx
-        .roles
-        .state()
-        .iter()
-        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.cluster_ref.name == name)
-        .map(|r| r.name_any())
-        .collect();
+    let roles: Vec<String> = roles.iter().map(|r| r.name_any()).collect();
     let summary = fleet::summarize(&hosts, roles.iter().map(String::as_str));
     let status = cluster_status(
         previous,
@@ -341,6 +358,7 @@ async fn ensure_secret(
     ctx: &Context,
     namespace: &str,
     source: &SecretSource,
+    roles: &[&sigx_crds::ActorRole],
 ) -> Result<SecretState, ReconcileError> {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let (name, key, generated) = match source {
@@ -363,7 +381,7 @@ async fn ensure_secret(
         let bytes = (ctx.random)();
         let rendered =
             render::generated_secret(cluster, &bytes).map_err(ReconcileError::render(&what))?;
-        if let Some(secret) = rendered {
+        if let Some(secret) = rendered.map(|s| render::co_owned_by_roles(s, roles)) {
             // Named like the applies, so the fields of the one object the operator creates
             // rather than applies are not recorded under "unknown" by a real API server.
             let pp = PostParams {
@@ -430,6 +448,9 @@ async fn ensure_secret(
             ),
         });
     };
+    if generated {
+        adopt_generated_secret(cluster, ctx, &secrets, &secret, roles, &what).await?;
+    }
     let value = secret.data.as_ref().and_then(|d| d.get(key));
     Ok(match value {
         None => SecretState {
@@ -455,6 +476,89 @@ async fn ensure_secret(
             message: format!("using Secret {name}, key {key}"),
         },
     })
+}
+
+/// Points the generated Secret's owner references at this cluster and its live roles. The
+/// Secret is immutable, but its metadata is not: after the cluster was deleted and re-created it
+/// holds only the roles' references, and the new cluster takes it over (same bytes, so running
+/// pods and new ones agree). A Secret of that name without the operator's label is the user's
+/// and is left alone.
+async fn adopt_generated_secret(
+    cluster: &ActorCluster,
+    ctx: &Context,
+    secrets: &Api<Secret>,
+    secret: &Secret,
+    roles: &[&sigx_crds::ActorRole],
+    what: &str,
+) -> Result<(), ReconcileError> {
+    let ours = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::render::names::MANAGED_BY))
+        .is_some_and(|v| v == sigx_crds::labels::MANAGED_BY_VALUE);
+    if !ours {
+        return Ok(());
+    }
+    let Ok(owner) = crate::render::owner_ref(cluster, KIND) else {
+        return Ok(());
+    };
+    let mut wanted = Secret::default();
+    wanted.metadata.owner_references = Some(vec![owner]);
+    let wanted = render::co_owned_by_roles(wanted, roles)
+        .metadata
+        .owner_references;
+    let uids =
+        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.iter()
+                .flatten()
+                .map(|r| (r.uid.clone(), r.controller))
+                .collect::<Vec<_>>()
+        };
+    if uids(&secret.metadata.owner_references) == uids(&wanted) {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {
+        "ownerReferences": wanted,
+        "resourceVersion": secret.metadata.resource_version,
+    }});
+    let pp = PatchParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    secrets
+        .patch(&secret.name_any(), &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(ReconcileError::kube(
+            "setting the owners of",
+            what.to_owned(),
+        ))?;
+    Ok(())
+}
+
+/// What a cluster being deleted tells: which roles keep its objects alive.
+async fn deleting(ctx: &Context, cluster: &ActorCluster, roles: &[Arc<sigx_crds::ActorRole>]) {
+    let names: Vec<String> = roles.iter().map(|r| r.name_any()).collect();
+    let note = if names.is_empty() {
+        "deleting: no ActorRole references this cluster; its ServiceAccount, RBAC and generated Secret go with it".to_owned()
+    } else {
+        format!(
+            "deleting while ActorRole(s) {} reference this cluster: their pods keep running with the ServiceAccount, Lease RBAC and generated Secret the roles co-own; delete the roles to remove them, or re-create the cluster to resume",
+            names.join(", ")
+        )
+    };
+    info!(roles = ?names, "cluster is being deleted");
+    ctx.event(
+        cluster,
+        Event {
+            type_: EventType::Normal,
+            reason: "Deleting".into(),
+            note: Some(note),
+            action: "Delete".into(),
+            secondary: None,
+        },
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod role;
+mod role_status;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
