@@ -259,11 +259,41 @@ async fn pod_needs(ns: &Ns) -> Option<[String; 4]> {
 /// pods' objects survived (same uids).
 async fn delete_cluster(ns: &Ns, policy: PropagationPolicy, before: &[String; 4]) -> bool {
     let uid = ns.get::<ActorCluster>("demo").await.unwrap().uid().unwrap();
+    let foreground = matches!(policy, PropagationPolicy::Foreground);
+    let hold = json!({"metadata": {"finalizers": ["test.sigx.dev/hold"]}});
+    if foreground {
+        // Another controller's finalizer keeps the cluster in its deleting state long enough to
+        // see what the operator does with a deletionTimestamp (Argo CD's own finalizer does so).
+        ns.api::<ActorCluster>()
+            .patch("demo", &PatchParams::default(), &Patch::Merge(&hold))
+            .await
+            .unwrap();
+    }
     let dp = DeleteParams {
         propagation_policy: Some(policy),
         ..DeleteParams::default()
     };
     ns.api::<ActorCluster>().delete("demo", &dp).await.unwrap();
+    if foreground {
+        // The operator sees the deletionTimestamp, stops writing, and says which roles keep the
+        // cluster's objects alive.
+        let told = eventually("a Deleting Event naming the live role", || async {
+            ns.events_for("demo", "Deleting")
+                .await
+                .into_iter()
+                .find(|e| e.message.as_deref().is_some_and(|m| m.contains("engine")))
+        })
+        .await;
+        eprintln!("foreground delete: {:?}", told.message);
+        ns.api::<ActorCluster>()
+            .patch(
+                "demo",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+    }
     eventually(
         "the cluster's deletion to finish (no finalizer may hold it)",
         || async { ns.get::<ActorCluster>("demo").await.is_none().then_some(()) },
