@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod role;
 mod role_status;
+mod secret;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
