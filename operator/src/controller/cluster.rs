@@ -20,6 +20,10 @@ use crate::render;
 
 const KIND: &str = "ActorCluster";
 
+/// How often a healthy cluster is reconciled with nothing having changed (three applies and a
+/// Secret read; BENCHMARKS.md, "Operator idle API load").
+const RESYNC: Duration = Duration::from_secs(300);
+
 /// Whether the cluster's sidecars have a usable secret, and why (for the `SecretReady`
 /// condition). Never carries the secret itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,10 +181,6 @@ async fn reconcile_inner(
         return Ok(Action::await_change());
     }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    // Lapse judgement needs a periodic look even when nothing is written.
-    let requeue = Action::requeue(Duration::from_secs(
-        u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
-    ));
 
     // A spec the API server's rules would refuse (auth modes, state without its Secret).
     let checked =
@@ -246,6 +246,7 @@ async fn reconcile_inner(
     ctx.apply(namespace, &render::co_owned_by_roles(binding, &live))
         .await?;
     let secret = super::secret::ensure_secret(cluster, ctx, namespace, &source, &live).await?;
+    let secret_ready = secret.ready;
 
     let tnow = tokio::time::Instant::now();
     let hosts: Vec<fleet::HostRecord> = ctx
@@ -318,7 +319,18 @@ async fn reconcile_inner(
     if previous != Some(&status) {
         write_status(ctx, cluster, namespace, name, status).await?;
     }
-    Ok(requeue)
+    // Reconciled on change: a spec, an owned object, a role, a Lease appearing, going,
+    // relabelled or starting or ceasing to lapse (`track_leases` judges lapses in memory). Two
+    // exceptions poll: a referenced Secret is not watched (watching every Secret in scope would
+    // cache them all), so while it is missing or unusable the cluster is looked at every beat;
+    // and a slow resync catches what no watch reports (an edit of a referenced Secret).
+    Ok(if secret_ready {
+        Action::requeue(RESYNC)
+    } else {
+        Action::requeue(Duration::from_secs(
+            u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
+        ))
+    })
 }
 
 async fn write_status(
