@@ -12,226 +12,16 @@
 //!
 //! Each test starts its own control plane and operator (watching every namespace). Needs `make controlplane` and `cargo build --workspace --bins`.
 
-use std::future::Future;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Event, Namespace, Pod, ResourceQuota, Secret, ServiceAccount};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
-use kube::{Api, Resource, ResourceExt};
+use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::{Resource, ResourceExt};
 use serde_json::json;
 use sigx_crds::{ActorCluster, ActorRole};
 use sigx_e2e::controlplane::{self, ControlPlane};
-
-const PATIENCE: Duration = Duration::from_secs(60);
-
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The operator process (all namespaces), killed on drop; its log is printed on failure.
-struct Operator {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Operator {
-    fn spawn(cp: &ControlPlane) -> Operator {
-        let bin = sigx_e2e::chaos::bin_dir().join("sigx-operator");
-        assert!(
-            bin.is_file(),
-            "{} is missing: `cargo build --workspace --bins` first",
-            bin.display()
-        );
-        let log = cp.dir().join("operator.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .env("KUBECONFIG", cp.kubeconfig_for("ops"))
-            .env("POD_NAME", "op-a")
-            .env("POD_NAMESPACE", "ops")
-            .env("SIGX_LEADER_LEASE_SECONDS", "5")
-            .env("SIGX_LEADER_GRACE_SECONDS", "1")
-            .env("SIGX_METRICS_ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("SIGX_WATCH_NAMESPACE")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn sigx-operator");
-        Operator { child, log }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!(
-                "--- sigx-operator log (last 40 lines) ---\n{}",
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            );
-        }
-    }
-}
-
-/// A namespace's view of the API.
-struct Ns {
-    client: kube::Client,
-    name: &'static str,
-}
-
-impl Ns {
-    async fn create(client: &kube::Client, name: &'static str, labels: serde_json::Value) -> Ns {
-        let ns: Namespace = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
-        )
-        .unwrap();
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .unwrap();
-        Ns {
-            client: client.clone(),
-            name,
-        }
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
-        K::DynamicType: Default,
-    {
-        Api::namespaced(self.client.clone(), self.name)
-    }
-
-    async fn get<K>(&self, name: &str) -> Option<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
-        self.api::<K>().get_opt(name).await.expect("GET")
-    }
-
-    async fn create_json<K>(&self, value: serde_json::Value) -> K
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
-        let obj: K = serde_json::from_value(value).unwrap();
-        self.api::<K>()
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create in {}: {e}", self.name))
-    }
-
-    async fn cluster(&self, sidecar: serde_json::Value) -> ActorCluster {
-        self.create_json(json!({
-            "apiVersion": "actors.sigx.dev/v1alpha1", "kind": "ActorCluster",
-            "metadata": {"name": "demo"},
-            "spec": {"sidecar": sidecar},
-        }))
-        .await
-    }
-
-    async fn role(&self, name: &str, replicas: i32, extra: serde_json::Value) -> ActorRole {
-        let mut spec = json!({
-            "clusterRef": {"name": "demo"},
-            "replicas": replicas,
-            "actors": ["Counter"],
-            "template": {"spec": {"containers": [{
-                "name": "app", "image": "ghcr.io/sigx/counter-app:0.1.0",
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}
-            }]}}
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            spec[k] = v.clone();
-        }
-        self.create_json(json!({
-            "apiVersion": "actors.sigx.dev/v1alpha1", "kind": "ActorRole",
-            "metadata": {"name": name}, "spec": spec,
-        }))
-        .await
-    }
-
-    /// The pods of the Deployment `name` (through its ReplicaSets).
-    async fn pods_of(&self, name: &str) -> Vec<Pod> {
-        let Some(d) = self.get::<Deployment>(name).await else {
-            return Vec::new();
-        };
-        let d_uid = d.uid().unwrap();
-        let sets: Vec<String> = self
-            .api::<ReplicaSet>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|r| r.owner_references().iter().any(|o| o.uid == d_uid))
-            .filter_map(|r| r.uid())
-            .collect();
-        self.api::<Pod>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|p| p.owner_references().iter().any(|o| sets.contains(&o.uid)))
-            .collect()
-    }
-
-    async fn role_condition(&self, role: &str, type_: &str) -> Option<Condition> {
-        self.get::<ActorRole>(role)
-            .await?
-            .status?
-            .conditions
-            .into_iter()
-            .find(|c| c.type_ == type_)
-    }
-
-    async fn events_for(&self, name: &str, reason: &str) -> Vec<Event> {
-        self.api::<Event>()
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(name)
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect()
-    }
-}
+use sigx_e2e::real_operator::{Ns, Operator, eventually};
 
 const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
 
@@ -525,6 +315,46 @@ async fn ready_means_the_rollout_completed(client: &kube::Client) {
     let reconciling = ns.role_condition("engine", "Reconciling").await.unwrap();
     assert_eq!(reconciling.status, "True", "{reconciling:?}");
     assert_eq!(ns.pods_of("engine").await.len(), 2);
+
+    // The test plays the kubelet (pods Running and Ready): the rollout completes, and the role
+    // waits for its hosts; then it plays the sidecars (one Lease per host): Ready turns True.
+    for pod in ns.pods_of("engine").await {
+        let ready = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        ns.api::<Pod>()
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&ready),
+            )
+            .await
+            .unwrap();
+    }
+    eventually("engine to wait for its hosts after the rollout", || async {
+        ns.role_condition("engine", "Ready")
+            .await
+            .filter(|c| c.reason == "HostsNotJoined")
+    })
+    .await;
+    for host in ["engine-host-0", "engine-host-1"] {
+        let _: Lease = ns
+            .create_json(json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": host, "labels": {
+                    "actors.sigx.dev/cluster": "demo", "actors.sigx.dev/role": "engine"}},
+                "spec": {"holderIdentity": host, "leaseDurationSeconds": 15},
+            }))
+            .await;
+    }
+    let ready = eventually("engine to read Ready=True", || async {
+        ns.role_condition("engine", "Ready")
+            .await
+            .filter(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(ready.reason, "RolloutComplete", "{ready:?}");
+    let reconciling = ns.role_condition("engine", "Reconciling").await.unwrap();
+    assert_eq!(reconciling.status, "False", "{reconciling:?}");
 
     // A template the API server's Deployment validation refuses (the CRD's schema cannot check
     // container names): the role says so with the server's message.
