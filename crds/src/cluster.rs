@@ -150,6 +150,12 @@ pub struct MembershipSpec {
     #[serde(default = "default_ttl")]
     #[schemars(range(min = 3, max = 600))]
     pub ttl_seconds: i32,
+    /// Milliseconds the sidecar waits after a membership change before acting on it, so a burst
+    /// of joins and leaves (a rollout) is applied once (`SIGX_MEMBERSHIP_COALESCE_MS`); the
+    /// sidecar's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 60000))]
+    pub coalesce_ms: Option<u32>,
 }
 
 fn default_heartbeat() -> i32 {
@@ -164,6 +170,7 @@ impl Default for MembershipSpec {
         Self {
             heartbeat_seconds: DEFAULT_HEARTBEAT_SECONDS,
             ttl_seconds: DEFAULT_TTL_SECONDS,
+            coalesce_ms: None,
         }
     }
 }
@@ -531,7 +538,8 @@ mod tests {
             spec.membership,
             MembershipSpec {
                 heartbeat_seconds: 5,
-                ttl_seconds: 15
+                ttl_seconds: 15,
+                coalesce_ms: None
             }
         );
         assert_eq!(spec.mesh_port, 7311);

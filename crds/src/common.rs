@@ -36,6 +36,13 @@ pub mod condition_types {
     pub const READY: &str = "Ready";
     /// Something needs a human: fenced hosts, a missing secret, a role that cannot render.
     pub const DEGRADED: &str = "Degraded";
+    /// A role's rollout or hosts' joining is in progress: the operator expects it to finish on
+    /// its own (kstatus' `Reconciling`).
+    pub const RECONCILING: &str = "Reconciling";
+    /// A role cannot progress without a change by someone: the API refused its Deployment, the
+    /// ReplicaSet cannot create pods (quota, Pod Security, a webhook), its cluster is missing,
+    /// or the rollout exceeded its progress deadline (kstatus' `Stalled`).
+    pub const STALLED: &str = "Stalled";
     /// The cluster secret exists (generated or referenced) or the cluster is explicitly insecure.
     pub const SECRET_READY: &str = "SecretReady";
 }

@@ -2,7 +2,7 @@
 //! and worker types its sidecars register. The operator renders it into a Deployment whose pods
 //! carry the sidecar.
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -32,8 +32,24 @@ use crate::TypeName;
         json_path = ".spec.clusterRef.name"
     ),
     printcolumn(name = "REPLICAS", type_ = "integer", json_path = ".spec.replicas"),
-    printcolumn(name = "READY", type_ = "integer", json_path = ".status.readyReplicas"),
+    printcolumn(
+        name = "PODS-READY",
+        type_ = "integer",
+        json_path = ".status.readyReplicas"
+    ),
     printcolumn(name = "HOSTS", type_ = "integer", json_path = ".status.hosts"),
+    printcolumn(
+        name = "READY",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "True once the Deployment's rollout of the current spec completed and every host joined"
+    ),
+    printcolumn(
+        name = "REASON",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        priority = 1
+    ),
     printcolumn(
         name = "AGE",
         type_ = "date",
@@ -64,6 +80,19 @@ pub struct ActorRoleSpec {
     pub workers: Vec<TypeName>,
     /// Pod template of the app. The operator adds the sidecar, the socket volume and labels.
     pub template: PodTemplateSpec,
+    /// Per-role settings of the injected sidecar, over the cluster's `spec.sidecar`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sidecar: Option<RoleSidecarSpec>,
+}
+
+/// What a role may change about its sidecar.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleSidecarSpec {
+    /// Requests and limits of this role's sidecars, resource by resource over the cluster's
+    /// `spec.sidecar.resources` and the operator's measured default requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
 }
 
 fn default_replicas() -> i32 {
@@ -98,7 +127,7 @@ pub struct ActorRoleStatus {
     /// Label selector of the role's pods, in string form (the scale subresource's selector).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    /// `Ready` and `Degraded` conditions.
+    /// `Ready`, `Reconciling`, `Stalled` and `Degraded` conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

@@ -3,5 +3,6 @@ pub mod chaos;
 pub mod controlplane;
 pub mod kube_double;
 pub mod probe;
+pub mod real_operator;
 pub mod sim;
 pub mod single_host;

@@ -301,10 +301,37 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
         t0.elapsed()
     );
 
-    // Deleting the cluster: its Secret, ServiceAccount and RBAC go; the operator does not
-    // re-create them, and the remaining role says why it is stuck.
+    // Deleting the cluster while the engine role lives: the objects its pods need stay (the
+    // role co-owns them; kube_real_operator_lifecycle tests this in depth), and the role says
+    // what happened. Deleting the role then lets the garbage collector take them.
+    let cluster_uid = get::<ActorCluster>(&client, "demo")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
     api::<ActorCluster>(&client)
         .delete("demo", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the engine role to report its missing cluster", || async {
+        get::<ActorRole>(&client, "engine")
+            .await
+            .and_then(|r| r.status)
+            .filter(|s| s.conditions.iter().any(|c| c.reason == "ClusterNotFound"))
+    })
+    .await;
+    eventually(
+        "the collector to drop the cluster's owner reference",
+        || async {
+            get::<ServiceAccount>(&client, "demo-sigx")
+                .await
+                .filter(|sa| sa.owner_references().iter().all(|o| o.uid != cluster_uid))
+        },
+    )
+    .await;
+    assert!(get::<Secret>(&client, "demo-sigx-secret").await.is_some());
+    api::<ActorRole>(&client)
+        .delete("engine", &DeleteParams::default())
         .await
         .unwrap();
     let t0 = tokio::time::Instant::now();
@@ -319,15 +346,7 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
     })
     .await;
     eprintln!(
-        "ActorCluster deleted → its objects collected after {:?}",
+        "ActorCluster and its last ActorRole deleted → the cluster's objects collected after {:?}",
         t0.elapsed()
     );
-    eventually("the engine role to report its missing cluster", || async {
-        get::<ActorRole>(&client, "engine")
-            .await
-            .and_then(|r| r.status)
-            .filter(|s| s.conditions.iter().any(|c| c.reason == "ClusterNotFound"))
-    })
-    .await;
-    assert!(get::<Secret>(&client, "demo-sigx-secret").await.is_none());
 }

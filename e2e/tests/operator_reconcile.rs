@@ -553,12 +553,20 @@ async fn scaling_a_role_changes_the_deployment_and_status_follows() {
     })
     .await;
 
-    // The Deployment controller (played by the test) reports ready pods; the role follows.
+    // The Deployment controller (played by the test) reports a finished rollout of the current
+    // generation; the role follows.
+    let generation = h
+        .get::<Deployment>("engine")
+        .await
+        .unwrap()
+        .metadata
+        .generation;
     h.api::<Deployment>()
         .patch_status(
             "engine",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"replicas": 5, "readyReplicas": 5}})),
+            &Patch::Merge(json!({"status": {"replicas": 5, "readyReplicas": 5,
+                "updatedReplicas": 5, "availableReplicas": 5, "observedGeneration": generation}})),
         )
         .await
         .unwrap();
@@ -579,21 +587,32 @@ async fn scaling_a_role_changes_the_deployment_and_status_follows() {
 }
 
 #[tokio::test]
-async fn deleting_a_cluster_cascades_to_what_it_owns() {
+async fn deleting_a_cluster_keeps_what_its_roles_need_until_they_go() {
     let h = Harness::start().await;
     h.apply_examples().await;
     let _: Secret = eventually("the generated Secret", || h.get("demo-sigx-secret")).await;
     let _: RoleBinding = eventually("the RoleBinding", || h.get("demo-sigx-leases")).await;
+    // Once the roles co-own the pods' objects (render::co_owned_by_roles).
+    eventually("the roles to co-own the ServiceAccount", || async {
+        h.get::<ServiceAccount>("demo-sigx").await.filter(|sa| {
+            sa.owner_references()
+                .iter()
+                .filter(|o| o.kind == "ActorRole")
+                .count()
+                == 2
+        })
+    })
+    .await;
 
     h.api::<ActorCluster>()
         .delete("demo", &DeleteParams::default())
         .await
         .unwrap();
-    assert!(h.get::<Secret>("demo-sigx-secret").await.is_none());
-    assert!(h.get::<ServiceAccount>("demo-sigx").await.is_none());
-    assert!(h.get::<Role>("demo-sigx-leases").await.is_none());
-    assert!(h.get::<RoleBinding>("demo-sigx-leases").await.is_none());
-    // The operator does not resurrect them, and the roles say why they are stuck.
+    // The roles' pods keep their ServiceAccount, RBAC and Secret; the roles say what happened.
+    assert!(h.get::<Secret>("demo-sigx-secret").await.is_some());
+    assert!(h.get::<ServiceAccount>("demo-sigx").await.is_some());
+    assert!(h.get::<Role>("demo-sigx-leases").await.is_some());
+    assert!(h.get::<RoleBinding>("demo-sigx-leases").await.is_some());
     let status = eventually("the role to report its missing cluster", || async {
         h.get::<ActorRole>("engine")
             .await
@@ -602,9 +621,16 @@ async fn deleting_a_cluster_cascades_to_what_it_owns() {
     })
     .await;
     assert_eq!(status.conditions[0].status, "False");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(h.get::<Secret>("demo-sigx-secret").await.is_none());
 
+    // With the last role gone, the garbage collector takes them.
+    h.api::<ActorRole>()
+        .delete("engine", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        h.get::<Secret>("demo-sigx-secret").await.is_some(),
+        "web still needs it"
+    );
     // Deleting a role removes its Deployment and PDB.
     h.api::<ActorRole>()
         .delete("web", &DeleteParams::default())
@@ -612,6 +638,10 @@ async fn deleting_a_cluster_cascades_to_what_it_owns() {
         .unwrap();
     assert!(h.get::<Deployment>("web").await.is_none());
     assert!(h.get::<PodDisruptionBudget>("web").await.is_none());
+    assert!(h.get::<Secret>("demo-sigx-secret").await.is_none());
+    assert!(h.get::<ServiceAccount>("demo-sigx").await.is_none());
+    assert!(h.get::<Role>("demo-sigx-leases").await.is_none());
+    assert!(h.get::<RoleBinding>("demo-sigx-leases").await.is_none());
 }
 
 #[tokio::test]

@@ -25,6 +25,22 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// For an API call the server refused for good (400 Bad Request, 403 Forbidden by an
+    /// admission policy or webhook, 422 Invalid): the object and the server's own message.
+    /// None for what a retry may fix (timeouts, 409, 429, 5xx, transport).
+    pub(crate) fn refusal(&self) -> Option<String> {
+        match self {
+            Self::Kube {
+                object,
+                source: kube::Error::Api(s),
+                ..
+            } if matches!(s.code, 400 | 403 | 422) => {
+                Some(format!("{object} ({} {}): {}", s.code, s.reason, s.message))
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn render(
         object: impl Into<String>,
     ) -> impl FnOnce(crate::render::RenderError) -> Self {

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, ResourceExt};
@@ -17,9 +16,13 @@ use tracing::{info, warn};
 use super::{Context, condition, condition_status};
 use crate::error::ReconcileError;
 use crate::fleet::{self, FleetSummary};
-use crate::render::{self, SecretSource};
+use crate::render;
 
 const KIND: &str = "ActorCluster";
+
+/// How often a healthy cluster is reconciled with nothing having changed (three applies and a
+/// Secret read; BENCHMARKS.md, "Operator idle API load").
+const RESYNC: Duration = Duration::from_secs(300);
 
 /// Whether the cluster's sidecars have a usable secret, and why (for the `SecretReady`
 /// condition). Never carries the secret itself.
@@ -164,11 +167,20 @@ async fn reconcile_inner(
 ) -> Result<Action, ReconcileError> {
     let previous = cluster.status.as_ref();
     let generation = cluster.metadata.generation;
+    let roles: Vec<Arc<sigx_crds::ActorRole>> = ctx
+        .roles
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.cluster_ref.name == name)
+        .collect();
+    if cluster.metadata.deletion_timestamp.is_some() {
+        // Being deleted (a foreground delete, or another controller's finalizer): writing now
+        // would re-add the owner reference the garbage collector is removing from the objects
+        // the roles co-own, and hold the deletion up. Nothing to do but say what stays.
+        deleting(ctx, cluster, &roles).await;
+        return Ok(Action::await_change());
+    }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    // Lapse judgement needs a periodic look even when nothing is written.
-    let requeue = Action::requeue(Duration::from_secs(
-        u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
-    ));
 
     // A spec the API server's rules would refuse (auth modes, state without its Secret).
     let checked =
@@ -220,10 +232,21 @@ async fn reconcile_inner(
     let sa = render::service_account(cluster).map_err(ReconcileError::render(&object))?;
     let role = render::lease_role(cluster).map_err(ReconcileError::render(&object))?;
     let binding = render::lease_role_binding(cluster).map_err(ReconcileError::render(&object))?;
-    ctx.apply(namespace, &sa).await?;
-    ctx.apply(namespace, &role).await?;
-    ctx.apply(namespace, &binding).await?;
-    let secret = ensure_secret(cluster, ctx, namespace, &source).await?;
+    // The roles co-own what their pods need, so deleting the cluster first does not break them
+    // (see `render::co_owned_by_roles`).
+    let live: Vec<&sigx_crds::ActorRole> = roles
+        .iter()
+        .filter(|r| r.metadata.deletion_timestamp.is_none())
+        .map(|r| &**r)
+        .collect();
+    ctx.apply(namespace, &render::co_owned_by_roles(sa, &live))
+        .await?;
+    ctx.apply(namespace, &render::co_owned_by_roles(role, &live))
+        .await?;
+    ctx.apply(namespace, &render::co_owned_by_roles(binding, &live))
+        .await?;
+    let secret = super::secret::ensure_secret(cluster, ctx, namespace, &source, &live).await?;
+    let secret_ready = secret.ready;
 
     let tnow = tokio::time::Instant::now();
     let hosts: Vec<fleet::HostRecord> = ctx
@@ -237,13 +260,7 @@ async fn reconcile_inner(
         &hosts,
         previous.and_then(|s| s.membership_version),
     );
-    let roles: Vec<String> = ctx
-        .roles
-        .state()
-        .iter()
-        .filter(|r| r.namespace().as_deref() == Some(namespace) && r.spec.cluster_ref.name == name)
-        .map(|r| r.name_any())
-        .collect();
+    let roles: Vec<String> = roles.iter().map(|r| r.name_any()).collect();
     let summary = fleet::summarize(&hosts, roles.iter().map(String::as_str));
     let status = cluster_status(
         previous,
@@ -302,7 +319,18 @@ async fn reconcile_inner(
     if previous != Some(&status) {
         write_status(ctx, cluster, namespace, name, status).await?;
     }
-    Ok(requeue)
+    // Reconciled on change: a spec, an owned object, a role, a Lease appearing, going,
+    // relabelled or starting or ceasing to lapse (`track_leases` judges lapses in memory). Two
+    // exceptions poll: a referenced Secret is not watched (watching every Secret in scope would
+    // cache them all), so while it is missing or unusable the cluster is looked at every beat;
+    // and a slow resync catches what no watch reports (an edit of a referenced Secret).
+    Ok(if secret_ready {
+        Action::requeue(RESYNC)
+    } else {
+        Action::requeue(Duration::from_secs(
+            u64::try_from(cluster.spec.membership.heartbeat_seconds.max(1)).unwrap_or(5),
+        ))
+    })
 }
 
 async fn write_status(
@@ -334,127 +362,29 @@ async fn write_status(
     Ok(())
 }
 
-/// Makes sure the sidecars' secret exists. A generated Secret is created once and never
-/// rewritten (never rotated silently); its bytes are never logged.
-async fn ensure_secret(
-    cluster: &ActorCluster,
-    ctx: &Context,
-    namespace: &str,
-    source: &SecretSource,
-) -> Result<SecretState, ReconcileError> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let (name, key, generated) = match source {
-        SecretSource::Insecure => {
-            return Ok(SecretState {
-                ready: true,
-                reason: "Insecure",
-                message: "auth.insecure is true: host-to-host calls are not authenticated".into(),
-            });
-        }
-        SecretSource::Referenced { name, key } => (name, key, false),
-        SecretSource::Generated { name, key } => (name, key, true),
+/// What a cluster being deleted tells: which roles keep its objects alive.
+async fn deleting(ctx: &Context, cluster: &ActorCluster, roles: &[Arc<sigx_crds::ActorRole>]) {
+    let names: Vec<String> = roles.iter().map(|r| r.name_any()).collect();
+    let note = if names.is_empty() {
+        "deleting: no ActorRole references this cluster; its ServiceAccount, RBAC and generated Secret go with it".to_owned()
+    } else {
+        format!(
+            "deleting while ActorRole(s) {} reference this cluster: their pods keep running with the ServiceAccount, Lease RBAC and generated Secret the roles co-own; delete the roles to remove them, or re-create the cluster to resume",
+            names.join(", ")
+        )
     };
-    let what = format!("Secret {namespace}/{name}");
-    let mut existing = secrets
-        .get_opt(name)
-        .await
-        .map_err(ReconcileError::kube("reading", what.clone()))?;
-    if existing.is_none() && generated {
-        let bytes = (ctx.random)();
-        let rendered =
-            render::generated_secret(cluster, &bytes).map_err(ReconcileError::render(&what))?;
-        if let Some(secret) = rendered {
-            // Named like the applies, so the fields of the one object the operator creates
-            // rather than applies are not recorded under "unknown" by a real API server.
-            let pp = PostParams {
-                field_manager: Some(ctx.field_manager.clone()),
-                ..PostParams::default()
-            };
-            match secrets.create(&pp, &secret).await {
-                Ok(created) => {
-                    ctx.metrics.secrets_generated.inc();
-                    let recreated = cluster
-                        .status
-                        .as_ref()
-                        .and_then(|s| {
-                            s.conditions
-                                .iter()
-                                .find(|c| c.type_ == condition_types::SECRET_READY)
-                        })
-                        .is_some_and(|c| c.reason == "Generated");
-                    let (type_, reason, note) = if recreated {
-                        (
-                            EventType::Warning,
-                            "SecretRegenerated",
-                            format!(
-                                "the generated Secret {name} was deleted, so a new one was generated; running hosts keep the old one until they restart"
-                            ),
-                        )
-                    } else {
-                        (
-                            EventType::Normal,
-                            "SecretGenerated",
-                            format!("generated Secret {name} (key {key}) with 32 random bytes"),
-                        )
-                    };
-                    info!(secret = %name, "generated the cluster secret");
-                    ctx.event(
-                        cluster,
-                        Event {
-                            type_,
-                            reason: reason.into(),
-                            note: Some(note),
-                            action: "Generate".into(),
-                            secondary: None,
-                        },
-                    )
-                    .await;
-                    existing = Some(created);
-                }
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                    existing = secrets
-                        .get_opt(name)
-                        .await
-                        .map_err(ReconcileError::kube("reading", what.clone()))?;
-                }
-                Err(e) => return Err(ReconcileError::kube("creating", what)(e)),
-            }
-        }
-    }
-    let Some(secret) = existing else {
-        return Ok(SecretState {
-            ready: false,
-            reason: "SecretNotFound",
-            message: format!(
-                "Secret {name} named by auth.secretRef does not exist in namespace {namespace}; create it"
-            ),
-        });
-    };
-    let value = secret.data.as_ref().and_then(|d| d.get(key));
-    Ok(match value {
-        None => SecretState {
-            ready: false,
-            reason: "SecretKeyMissing",
-            message: format!("Secret {name} has no key {key:?}; add it"),
+    info!(roles = ?names, "cluster is being deleted");
+    ctx.event(
+        cluster,
+        Event {
+            type_: EventType::Normal,
+            reason: "Deleting".into(),
+            note: Some(note),
+            action: "Delete".into(),
+            secondary: None,
         },
-        Some(v) if v.0.iter().all(u8::is_ascii_whitespace) => SecretState {
-            ready: false,
-            reason: "SecretEmpty",
-            message: format!(
-                "key {key:?} of Secret {name} is empty or whitespace; the sidecar refuses it"
-            ),
-        },
-        Some(_) if generated => SecretState {
-            ready: true,
-            reason: "Generated",
-            message: format!("using generated Secret {name}, key {key}"),
-        },
-        Some(_) => SecretState {
-            ready: true,
-            reason: "Referenced",
-            message: format!("using Secret {name}, key {key}"),
-        },
-    })
+    )
+    .await;
 }
 
 #[cfg(test)]

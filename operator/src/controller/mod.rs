@@ -12,6 +12,8 @@
 
 pub mod cluster;
 pub mod role;
+mod role_status;
+mod secret;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -210,9 +212,16 @@ fn refs(
     )
 }
 
+/// How often the Lease cache is looked at for hosts that stopped renewing (no API call).
+const LAPSE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn lease_id(lease: &Lease) -> (String, String) {
+    (lease.namespace().unwrap_or_default(), lease.name_any())
+}
+
 /// Watches every Lease labelled with a cluster: fills the cache, records renewals, and asks for
 /// a reconciliation of the cluster and role a Lease belongs to when its descriptor or labels
-/// change, or it appears or goes.
+/// change, it appears or goes, or it starts or stops counting as lapsed.
 pub(crate) async fn track_leases(
     api: Api<Lease>,
     writer: reflector::store::Writer<Lease>,
@@ -223,7 +232,13 @@ pub(crate) async fn track_leases(
 ) {
     let mut last: HashMap<(String, String), Fingerprint> = HashMap::new();
     let config = watcher::Config::default().labels(labels::CLUSTER);
+    let cache = writer.as_reader();
     let mut events = reflector(writer, watcher(api, config).backoff(backoff)).boxed();
+    // A host that stops renewing sends no event: its lapse is noticed by looking, in memory,
+    // once a second; only a change of verdict triggers a reconciliation.
+    let mut lapsed: HashMap<(String, String), bool> = HashMap::new();
+    let mut tick = tokio::time::interval(LAPSE_CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let notify = |lease: &Lease| {
         let (c, r) = refs(lease);
         if let Some(c) = c {
@@ -233,7 +248,25 @@ pub(crate) async fn track_leases(
             let _ = roles.send(r);
         }
     };
-    while let Some(event) = events.next().await {
+    loop {
+        let event = tokio::select! {
+            e = events.next() => match e {
+                Some(e) => e,
+                None => break,
+            },
+            _ = tick.tick() => {
+                let now = tokio::time::Instant::now();
+                let leases = cache.state();
+                lapsed.retain(|k, _| leases.iter().any(|l| lease_id(l) == *k));
+                for lease in leases {
+                    let verdict = renewals.lapsed(&lease, now);
+                    if lapsed.insert(lease_id(&lease), verdict).is_some_and(|v| v != verdict) {
+                        notify(&lease);
+                    }
+                }
+                continue;
+            }
+        };
         let now = tokio::time::Instant::now();
         match event {
             Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {

@@ -13,7 +13,8 @@ use serde_json::json;
 use sigx_crds::{ActorCluster, ActorRole, ActorRoleStatus, condition_types};
 use tracing::info;
 
-use super::{Context, condition};
+use super::Context;
+pub use super::role_status::{RoleObservation, role_status};
 use crate::error::ReconcileError;
 use crate::render;
 
@@ -22,92 +23,6 @@ const KIND: &str = "ActorRole";
 /// How long to wait before looking again for a cluster that does not exist yet (its creation
 /// also triggers the role directly).
 const MISSING_CLUSTER_RECHECK: Duration = Duration::from_secs(60);
-
-/// Counts that make up a role's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RoleObservation {
-    pub replicas: i32,
-    pub ready_replicas: i32,
-    pub hosts: i32,
-}
-
-/// Builds a role's status; pure. `problem` is a reason/message pair when the role cannot be
-/// rendered (no cluster, invalid spec).
-pub fn role_status(
-    role: &ActorRole,
-    observed: RoleObservation,
-    selector: Option<String>,
-    problem: Option<(&str, String)>,
-    now: &Time,
-) -> ActorRoleStatus {
-    let previous = role
-        .status
-        .as_ref()
-        .map(|s| s.conditions.as_slice())
-        .unwrap_or_default();
-    let generation = role.metadata.generation;
-    let want = role.spec.replicas;
-    let (ready, reason, message) = match &problem {
-        Some((reason, message)) => (false, *reason, message.clone()),
-        None if observed.ready_replicas < want => (
-            false,
-            "PodsNotReady",
-            format!("{} of {want} pod(s) ready", observed.ready_replicas),
-        ),
-        None if observed.hosts < want => (
-            false,
-            "HostsNotJoined",
-            format!(
-                "{} of {want} host(s) hold a membership Lease",
-                observed.hosts
-            ),
-        ),
-        None => (
-            true,
-            "AllReady",
-            format!("{want} pod(s) ready, {} host(s) joined", observed.hosts),
-        ),
-    };
-    let degraded = match &problem {
-        Some((reason, message)) => condition(
-            previous,
-            condition_types::DEGRADED,
-            true,
-            reason,
-            message.clone(),
-            generation,
-            now,
-        ),
-        None => condition(
-            previous,
-            condition_types::DEGRADED,
-            false,
-            "AsExpected",
-            "the Deployment is rendered from the current spec".to_owned(),
-            generation,
-            now,
-        ),
-    };
-    ActorRoleStatus {
-        observed_generation: generation,
-        replicas: observed.replicas,
-        ready_replicas: observed.ready_replicas,
-        hosts: observed.hosts,
-        selector,
-        conditions: vec![
-            condition(
-                previous,
-                condition_types::READY,
-                ready,
-                reason,
-                message,
-                generation,
-                now,
-            ),
-            degraded,
-        ],
-    }
-}
 
 /// Reconciles one ActorRole.
 pub async fn reconcile(role: Arc<ActorRole>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -124,6 +39,11 @@ async fn reconcile_inner(
     namespace: &str,
     name: &str,
 ) -> Result<Action, ReconcileError> {
+    if role.metadata.deletion_timestamp.is_some() {
+        // Being deleted: the garbage collector takes the Deployment; re-applying it (with its
+        // owner reference) would only hold a foreground deletion up.
+        return Ok(Action::await_change());
+    }
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let cluster_name = &role.spec.cluster_ref.name;
     let clusters: Api<ActorCluster> = Api::namespaced(ctx.client.clone(), namespace);
@@ -137,25 +57,42 @@ async fn reconcile_inner(
         replicas: previous.replicas,
         ready_replicas: previous.ready_replicas,
         hosts,
+        ..RoleObservation::default()
     };
 
-    let Some(cluster) = clusters
+    let found = clusters
         .get_opt(cluster_name)
         .await
         .map_err(ReconcileError::kube(
             "reading",
             format!("ActorCluster {namespace}/{cluster_name}"),
-        ))?
-    else {
+        ))?;
+    let missing = match &found {
+        None => Some((
+            "ClusterNotFound",
+            format!(
+                "ActorCluster {cluster_name} does not exist in namespace {namespace}; create it or fix spec.clusterRef"
+            ),
+        )),
+        Some(c) if c.metadata.deletion_timestamp.is_some() => Some((
+            "ClusterDeleting",
+            format!("ActorCluster {cluster_name} is being deleted"),
+        )),
+        Some(_) => None,
+    };
+    let Some(cluster) = found.filter(|_| missing.is_none()) else {
+        let (reason, why) = missing.unwrap_or_default();
+        // The pods keep what they need: the role co-owns the cluster's ServiceAccount, RBAC
+        // and generated Secret (render::co_owned_by_roles), so they stay until the role goes.
         let message = format!(
-            "ActorCluster {cluster_name} does not exist in namespace {namespace}; create it or fix spec.clusterRef"
+            "{why}; this role's pods keep running with its ServiceAccount and Secret, which the role co-owns, but the Deployment is not updated until the cluster exists again"
         );
-        problem(ctx, role, "ClusterNotFound", message.clone()).await;
+        problem(ctx, role, reason, message.clone()).await;
         let status = role_status(
             role,
-            observed_before,
+            &observed_before,
             previous.selector.clone(),
-            Some(("ClusterNotFound", message)),
+            Some((reason, message)),
             &now,
         );
         write_status(ctx, role, namespace, name, status).await?;
@@ -178,7 +115,7 @@ async fn reconcile_inner(
             problem(ctx, role, "InvalidSpec", message.clone()).await;
             let status = role_status(
                 role,
-                observed_before,
+                &observed_before,
                 previous.selector.clone(),
                 Some(("InvalidSpec", message)),
                 &now,
@@ -187,8 +124,13 @@ async fn reconcile_inner(
             return Ok(Action::await_change());
         }
     };
-    let applied = ctx.apply(namespace, &deployment).await?;
-    ctx.apply(namespace, &pdb).await?;
+    let applied = match ctx.apply(namespace, &deployment).await {
+        Ok(d) => d,
+        Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
+    };
+    if let Err(e) = ctx.apply(namespace, &pdb).await {
+        return Err(refused(ctx, role, &observed_before, &previous, e, &now).await);
+    }
 
     if previous.observed_generation != role.metadata.generation {
         info!(replicas = role.spec.replicas, generation = ?role.metadata.generation, "rendered the Deployment");
@@ -209,15 +151,48 @@ async fn reconcile_inner(
         )
         .await;
     }
-    let dstatus = applied.status.clone().unwrap_or_default();
-    let observed = RoleObservation {
-        replicas: dstatus.replicas.unwrap_or(0),
-        ready_replicas: dstatus.ready_replicas.unwrap_or(0),
-        hosts,
-    };
-    let status = role_status(role, observed, Some(selector), None, &now);
+    let observed = RoleObservation::of(&applied, hosts);
+    let status = role_status(role, &observed, Some(selector), None, &now);
+    if let Some(stalled) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::STALLED && c.status == "True")
+    {
+        problem(ctx, role, &stalled.reason, stalled.message.clone()).await;
+    }
     write_status(ctx, role, namespace, name, status).await?;
     Ok(Action::await_change())
+}
+
+/// An apply the API server refused for good (invalid template, a webhook or policy denial):
+/// reported on the role as a Stalled condition with the server's message and a Warning Event,
+/// then retried with the object's backoff (a webhook may be fixed without the role changing).
+/// Transient failures are only retried.
+async fn refused(
+    ctx: &Context,
+    role: &ActorRole,
+    observed: &RoleObservation,
+    previous: &ActorRoleStatus,
+    error: ReconcileError,
+    now: &Time,
+) -> ReconcileError {
+    let Some(what) = error.refusal() else {
+        return error;
+    };
+    let message = format!("the API server refused {what}");
+    problem(ctx, role, "ApplyRejected", message.clone()).await;
+    let status = role_status(
+        role,
+        observed,
+        previous.selector.clone(),
+        Some(("ApplyRejected", message)),
+        now,
+    );
+    let (namespace, name) = (role.namespace().unwrap_or_default(), role.name_any());
+    if let Err(e) = write_status(ctx, role, &namespace, &name, status).await {
+        tracing::warn!(error = %e, "could not report the refused apply in the role's status");
+    }
+    error
 }
 
 /// Publishes a Warning the first time a role hits a problem (not on every retry).
@@ -273,60 +248,4 @@ async fn write_status(
         format!("{KIND} {namespace}/{name}"),
     ))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn role(replicas: i32) -> ActorRole {
-        serde_json::from_value(json!({
-            "apiVersion": "actors.sigx.dev/v1alpha1",
-            "kind": "ActorRole",
-            "metadata": {"name": "engine", "namespace": "apps", "uid": "u", "generation": 4},
-            "spec": {
-                "clusterRef": {"name": "demo"},
-                "replicas": replicas,
-                "actors": ["Counter"],
-                "template": {"spec": {"containers": [{"name": "app", "image": "x"}]}}
-            }
-        }))
-        .unwrap()
-    }
-
-    fn now() -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())
-    }
-
-    #[test]
-    fn ready_needs_ready_pods_and_joined_hosts() {
-        let r = role(3);
-        let obs = |ready, hosts| RoleObservation {
-            replicas: 3,
-            ready_replicas: ready,
-            hosts,
-        };
-        let s = role_status(&r, obs(3, 3), Some("sel".into()), None, &now());
-        assert_eq!(s.conditions[0].status, "True");
-        assert_eq!(s.observed_generation, Some(4));
-        assert_eq!(s.selector.as_deref(), Some("sel"));
-        assert_eq!(
-            role_status(&r, obs(2, 3), None, None, &now()).conditions[0].reason,
-            "PodsNotReady"
-        );
-        assert_eq!(
-            role_status(&r, obs(3, 1), None, None, &now()).conditions[0].reason,
-            "HostsNotJoined"
-        );
-        let p = role_status(
-            &r,
-            obs(3, 3),
-            None,
-            Some(("ClusterNotFound", "m".into())),
-            &now(),
-        );
-        assert_eq!(p.conditions[0].status, "False");
-        assert_eq!(p.conditions[1].status, "True");
-        assert_eq!(p.conditions[1].reason, "ClusterNotFound");
-    }
 }

@@ -10,9 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use sigx_crds::ActorCluster;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
 use sigx_crds::StateMode;
 use sigx_crds::cluster::AuthMode;
+use sigx_crds::{ActorCluster, ActorRole};
 
 use super::{RenderError, name_of, names, namespace_of, owned_meta, owner_ref};
 
@@ -112,6 +114,44 @@ pub fn lease_role(cluster: &ActorCluster) -> Result<Role, RenderError> {
             ..PolicyRule::default()
         }]),
     })
+}
+
+/// Adds a (non-controller) owner reference to each role of the cluster to `obj`, one of the
+/// objects the roles' pods cannot run without: the ServiceAccount, its Lease Role and
+/// RoleBinding, and the generated Secret.
+///
+/// Why the lifecycle is this and not a finalizer on the ActorCluster: with the roles as
+/// co-owners, the garbage collector deletes these objects only once the cluster *and* every role
+/// that uses them are gone, whatever the order of deletion (a namespace deletion, Argo CD
+/// pruning, a background or `--cascade=foreground` delete of the cluster: the collector drops
+/// the deleted owner's reference and keeps the object while another owner lives). Running pods
+/// keep a valid token and the same Secret, and a re-created cluster adopts these same objects,
+/// so its roles heal without a rollout. A finalizer would instead block `kubectl delete` (and a
+/// namespace's deletion) on the operator being up — a stuck namespace when it is not — and would
+/// still not protect these objects from a foreground delete, which collects dependents before the
+/// owner's finalizers are honoured.
+pub fn co_owned_by_roles<K: Resource>(mut obj: K, roles: &[&ActorRole]) -> K {
+    let mut sorted: Vec<&ActorRole> = roles.to_vec();
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let refs = obj.meta_mut().owner_references.get_or_insert_with(Vec::new);
+    for role in sorted {
+        let (Some(name), Some(uid)) = (role.metadata.name.clone(), role.metadata.uid.clone())
+        else {
+            continue;
+        };
+        if refs.iter().any(|r| r.uid == uid) {
+            continue;
+        }
+        refs.push(OwnerReference {
+            api_version: "actors.sigx.dev/v1alpha1".to_owned(),
+            kind: "ActorRole".to_owned(),
+            name,
+            uid,
+            controller: None,
+            block_owner_deletion: None,
+        });
+    }
+    obj
 }
 
 /// Binds [`lease_role`] to [`service_account`].
@@ -253,6 +293,37 @@ mod tests {
             assert_eq!(o.api_version, "actors.sigx.dev/v1alpha1");
             assert_eq!(o.controller, Some(true));
         }
+    }
+
+    #[test]
+    fn roles_co_own_what_their_pods_need_without_taking_control() {
+        let c = fixtures::default_cluster();
+        let mut web = fixtures::role(
+            "web",
+            json!({"clusterRef": {"name": "demo"}, "actors": ["A"], "template": {}}),
+        );
+        web.metadata.uid = Some("r-uid-web".into());
+        let engine = fixtures::engine_role();
+        let sa = co_owned_by_roles(service_account(&c).unwrap(), &[&web, &engine, &web]);
+        let refs = sa.metadata.owner_references.unwrap();
+        let got: Vec<_> = refs
+            .iter()
+            .map(|r| (r.kind.as_str(), r.name.as_str(), r.controller))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("ActorCluster", "demo", Some(true)),
+                ("ActorRole", "engine", None),
+                ("ActorRole", "web", None),
+            ],
+            "the cluster stays the controller; each role once, sorted"
+        );
+        assert!(
+            refs.iter()
+                .skip(1)
+                .all(|r| r.block_owner_deletion.is_none())
+        );
     }
 
     #[test]

@@ -12,11 +12,12 @@
 
 pub mod cluster;
 pub mod names;
+pub mod resources;
 pub mod role;
 
 pub use cluster::{
-    SecretSource, generated_secret, lease_role, lease_role_binding, secret_source, service_account,
-    state_mode,
+    SecretSource, co_owned_by_roles, generated_secret, lease_role, lease_role_binding,
+    secret_source, service_account, state_mode,
 };
 pub use role::{
     HEALTH_PORT, SIDECAR_CONTAINER, SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME,

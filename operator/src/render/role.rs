@@ -437,6 +437,16 @@ fn sidecar(
         plain_env("SIGX_RETRIES", &spec.calls.retries.to_string()),
         plain_env("SIGX_PLACEMENT", spec.placement.as_str()),
         plain_env("SIGX_DRAIN_TIMEOUT_MS", &ms(spec.calls.timeout_seconds)),
+    ];
+    // Only when set: an older sidecar ignores unknown variables, and the sidecar's own default
+    // applies otherwise.
+    if let Some(coalesce) = spec.membership.coalesce_ms {
+        env.push(plain_env(
+            "SIGX_MEMBERSHIP_COALESCE_MS",
+            &coalesce.to_string(),
+        ));
+    }
+    env.extend([
         // The types the role declares (and labels its pods with), comma-separated, so the
         // sidecar can hold the app's registration to them.
         plain_env("SIGX_ACTORS", &join(&role.spec.actors)),
@@ -446,7 +456,7 @@ fn sidecar(
         field_env("POD_UID", "metadata.uid"),
         field_env("POD_IP", "status.podIP"),
         field_env("NODE_NAME", "spec.nodeName"),
-    ];
+    ]);
     let mut mounts = vec![socket_mount()];
     match secret {
         SecretSource::Insecure => env.push(plain_env("SIGX_INSECURE", "true")),
@@ -540,7 +550,13 @@ fn sidecar(
         liveness_probe: Some(probe("/livez", 5, 3)),
         // Passes while the host is active with a registered app.
         readiness_probe: Some(probe("/readyz", 2, 2)),
-        resources: spec.sidecar.resources.clone(),
+        resources: Some(super::resources::sidecar_resources(
+            spec.sidecar.resources.as_ref(),
+            role.spec
+                .sidecar
+                .as_ref()
+                .and_then(|s| s.resources.as_ref()),
+        )),
         volume_mounts: Some(mounts),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),

@@ -1,0 +1,203 @@
+//! The cluster's mesh secret: generated once (never rotated silently, never logged) or
+//! referenced, and its `SecretReady` state; a generated Secret follows its cluster and roles as
+//! owners.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::events::{Event, EventType};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use sigx_crds::{ActorCluster, condition_types};
+use tracing::info;
+
+use super::Context;
+use super::cluster::SecretState;
+use crate::error::ReconcileError;
+use crate::render::{self, SecretSource};
+
+const KIND: &str = "ActorCluster";
+
+/// Makes sure the sidecars' secret exists. A generated Secret is created once and never
+/// rewritten (never rotated silently); its bytes are never logged.
+pub(crate) async fn ensure_secret(
+    cluster: &ActorCluster,
+    ctx: &Context,
+    namespace: &str,
+    source: &SecretSource,
+    roles: &[&sigx_crds::ActorRole],
+) -> Result<SecretState, ReconcileError> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let (name, key, generated) = match source {
+        SecretSource::Insecure => {
+            return Ok(SecretState {
+                ready: true,
+                reason: "Insecure",
+                message: "auth.insecure is true: host-to-host calls are not authenticated".into(),
+            });
+        }
+        SecretSource::Referenced { name, key } => (name, key, false),
+        SecretSource::Generated { name, key } => (name, key, true),
+    };
+    let what = format!("Secret {namespace}/{name}");
+    let mut existing = secrets
+        .get_opt(name)
+        .await
+        .map_err(ReconcileError::kube("reading", what.clone()))?;
+    if existing.is_none() && generated {
+        let bytes = (ctx.random)();
+        let rendered =
+            render::generated_secret(cluster, &bytes).map_err(ReconcileError::render(&what))?;
+        if let Some(secret) = rendered.map(|s| render::co_owned_by_roles(s, roles)) {
+            // Named like the applies, so the fields of the one object the operator creates
+            // rather than applies are not recorded under "unknown" by a real API server.
+            let pp = PostParams {
+                field_manager: Some(ctx.field_manager.clone()),
+                ..PostParams::default()
+            };
+            match secrets.create(&pp, &secret).await {
+                Ok(created) => {
+                    ctx.metrics.secrets_generated.inc();
+                    let recreated = cluster
+                        .status
+                        .as_ref()
+                        .and_then(|s| {
+                            s.conditions
+                                .iter()
+                                .find(|c| c.type_ == condition_types::SECRET_READY)
+                        })
+                        .is_some_and(|c| c.reason == "Generated");
+                    let (type_, reason, note) = if recreated {
+                        (
+                            EventType::Warning,
+                            "SecretRegenerated",
+                            format!(
+                                "the generated Secret {name} was deleted, so a new one was generated; running hosts keep the old one until they restart"
+                            ),
+                        )
+                    } else {
+                        (
+                            EventType::Normal,
+                            "SecretGenerated",
+                            format!("generated Secret {name} (key {key}) with 32 random bytes"),
+                        )
+                    };
+                    info!(secret = %name, "generated the cluster secret");
+                    ctx.event(
+                        cluster,
+                        Event {
+                            type_,
+                            reason: reason.into(),
+                            note: Some(note),
+                            action: "Generate".into(),
+                            secondary: None,
+                        },
+                    )
+                    .await;
+                    existing = Some(created);
+                }
+                Err(kube::Error::Api(s)) if s.is_already_exists() => {
+                    existing = secrets
+                        .get_opt(name)
+                        .await
+                        .map_err(ReconcileError::kube("reading", what.clone()))?;
+                }
+                Err(e) => return Err(ReconcileError::kube("creating", what)(e)),
+            }
+        }
+    }
+    let Some(secret) = existing else {
+        return Ok(SecretState {
+            ready: false,
+            reason: "SecretNotFound",
+            message: format!(
+                "Secret {name} named by auth.secretRef does not exist in namespace {namespace}; create it"
+            ),
+        });
+    };
+    if generated {
+        adopt_generated_secret(cluster, ctx, &secrets, &secret, roles, &what).await?;
+    }
+    let value = secret.data.as_ref().and_then(|d| d.get(key));
+    Ok(match value {
+        None => SecretState {
+            ready: false,
+            reason: "SecretKeyMissing",
+            message: format!("Secret {name} has no key {key:?}; add it"),
+        },
+        Some(v) if v.0.iter().all(u8::is_ascii_whitespace) => SecretState {
+            ready: false,
+            reason: "SecretEmpty",
+            message: format!(
+                "key {key:?} of Secret {name} is empty or whitespace; the sidecar refuses it"
+            ),
+        },
+        Some(_) if generated => SecretState {
+            ready: true,
+            reason: "Generated",
+            message: format!("using generated Secret {name}, key {key}"),
+        },
+        Some(_) => SecretState {
+            ready: true,
+            reason: "Referenced",
+            message: format!("using Secret {name}, key {key}"),
+        },
+    })
+}
+
+/// Points the generated Secret's owner references at this cluster and its live roles. The
+/// Secret is immutable, but its metadata is not: after the cluster was deleted and re-created it
+/// holds only the roles' references, and the new cluster takes it over (same bytes, so running
+/// pods and new ones agree). A Secret of that name without the operator's label is the user's
+/// and is left alone.
+async fn adopt_generated_secret(
+    cluster: &ActorCluster,
+    ctx: &Context,
+    secrets: &Api<Secret>,
+    secret: &Secret,
+    roles: &[&sigx_crds::ActorRole],
+    what: &str,
+) -> Result<(), ReconcileError> {
+    let ours = secret
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::render::names::MANAGED_BY))
+        .is_some_and(|v| v == sigx_crds::labels::MANAGED_BY_VALUE);
+    if !ours {
+        return Ok(());
+    }
+    let Ok(owner) = crate::render::owner_ref(cluster, KIND) else {
+        return Ok(());
+    };
+    let mut wanted = Secret::default();
+    wanted.metadata.owner_references = Some(vec![owner]);
+    let wanted = render::co_owned_by_roles(wanted, roles)
+        .metadata
+        .owner_references;
+    let uids =
+        |refs: &Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            refs.iter()
+                .flatten()
+                .map(|r| (r.uid.clone(), r.controller))
+                .collect::<Vec<_>>()
+        };
+    if uids(&secret.metadata.owner_references) == uids(&wanted) {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {
+        "ownerReferences": wanted,
+        "resourceVersion": secret.metadata.resource_version,
+    }});
+    let pp = PatchParams {
+        field_manager: Some(ctx.field_manager.clone()),
+        ..PatchParams::default()
+    };
+    secrets
+        .patch(&secret.name_any(), &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(ReconcileError::kube(
+            "setting the owners of",
+            what.to_owned(),
+        ))?;
+    Ok(())
+}
