@@ -182,8 +182,9 @@ pub fn lease_role_binding(cluster: &ActorCluster) -> Result<RoleBinding, RenderE
 /// The generated cluster secret, when the cluster asks for one (`Ok(None)` otherwise).
 ///
 /// `random` must be 32 bytes from a CSPRNG; the caller draws them so this stays pure. They are
-/// stored hex-encoded: the sidecar reads `SIGX_SECRET_FILE` as trimmed text, which would mangle
-/// raw bytes. The Secret is `immutable`: the controller creates it once and never rewrites it, so
+/// stored hex-encoded, so the key stays printable in `kubectl get secret -o yaml` and survives
+/// tools that edit Secrets as text (the sidecar takes `SIGX_SECRET_FILE` byte for byte, minus one
+/// trailing line ending, so raw bytes would work too). The Secret is `immutable`: the controller creates it once and never rewrites it, so
 /// the key is never rotated silently (a rotation is a deliberate delete).
 pub fn generated_secret(
     cluster: &ActorCluster,
