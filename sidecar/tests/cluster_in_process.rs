@@ -11,11 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 
-struct Node {
-    host: Host,
-    app: TestApp,
-}
-
 async fn node(
     dir: &std::path::Path,
     hub: &MemoryHub,
@@ -23,43 +18,7 @@ async fn node(
     actors: &[&str],
     workers: &[&str],
 ) -> Node {
-    let mut cfg = cluster_host_config(dir, id, &[]);
-    // These tests are about routing and the directory, not failover: a TTL of 600 ms fenced
-    // hosts when a loaded CI machine starved a heartbeat, and the calls then failed.
-    cfg.beat = Duration::from_millis(250);
-    cfg.ttl = Duration::from_secs(3);
-    let host = Host::start_with(
-        cfg,
-        HostOptions {
-            provider: Some(hub.provider(id)),
-            ..HostOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let app = TestApp::start(
-        &host.socket,
-        v1::Register {
-            actors: actors.iter().map(|a| actor_spec(a, false, 0)).collect(),
-            workers: workers
-                .iter()
-                .map(|w| v1::WorkerTypeSpec {
-                    name: w.to_string(),
-                    max_concurrency: 8,
-                    methods: vec![],
-                })
-                .collect(),
-            app_name: id.into(),
-        },
-        HashMap::from([(
-            "work".to_string(),
-            Behaviour::SleepEcho(Duration::from_millis(2)),
-        )]),
-    )
-    .await
-    .unwrap();
-    wait_ready(host.health_addr, Duration::from_secs(10)).await;
-    Node { host, app }
+    cluster_node(dir, hub, id, actors, workers, HashMap::new()).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

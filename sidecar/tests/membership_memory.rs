@@ -538,10 +538,12 @@ async fn bad_timing_is_a_named_error_before_joining() {
     assert!(hub.ids().is_empty(), "nothing was written");
 }
 
-/// A provider whose join write takes a long time to come back.
+/// A provider whose join write takes a long time to come back (`delay`), and which notes when
+/// each join was tried.
 struct SlowJoin {
     inner: Arc<sigx_sidecar::membership::MemoryProvider>,
     delay: Duration,
+    joins: std::sync::Mutex<Vec<Instant>>,
 }
 
 #[async_trait::async_trait]
@@ -557,6 +559,7 @@ impl MembershipProvider for SlowJoin {
         d: &HostDescriptor,
         ttl: Duration,
     ) -> Result<u64, sigx_sidecar::membership::ProviderError> {
+        self.joins.lock().unwrap().push(Instant::now());
         // The store applies the write at once; the answer is slow to come back.
         let v = self.inner.join(d, ttl).await;
         tokio::time::sleep(self.delay).await;
@@ -612,6 +615,7 @@ async fn the_lease_window_starts_before_the_join_write() {
     let slow = Arc::new(SlowJoin {
         inner: hub.provider("slow"),
         delay: TTL - BEAT / 2,
+        joins: Default::default(),
     });
     let t0 = Instant::now();
     let h = start(slow, descriptor("slow", true), cfg(), Arc::new(clock()))
@@ -645,6 +649,7 @@ async fn a_slow_join_alone_does_not_fence() {
     let slow = Arc::new(SlowJoin {
         inner: hub.provider("slow"),
         delay: TTL - BEAT / 2,
+        joins: Default::default(),
     });
     let h = start(slow, descriptor("slow", true), cfg(), Arc::new(clock()))
         .await
@@ -708,4 +713,58 @@ async fn a_record_taken_over_by_another_holder_fences_at_once() {
     tokio::time::sleep(BEAT * 2).await;
     assert_eq!(hub.record("c").unwrap().holder, "impostor");
     assert!(a.view().get("c").is_some());
+}
+
+/// A worker-only host cut off from the store for long keeps trying to rejoin, the pause between
+/// attempts doubling from half a beat up to `rejoin_backoff_max` and no further (the seed's
+/// rejoin backoff cap): no gap between attempts grows past the cap, and it gets back in soon
+/// after the store heals.
+#[tokio::test(start_paused = true)]
+async fn rejoin_attempts_back_off_up_to_the_cap_and_no_further() {
+    let hub = MemoryHub::new();
+    let a = host(&hub, "a", true).await;
+    let cap = Duration::from_secs(2);
+    let counted = Arc::new(SlowJoin {
+        inner: hub.provider("w"),
+        delay: Duration::ZERO,
+        joins: Default::default(),
+    });
+    let w = start(
+        counted.clone(),
+        descriptor("w", false),
+        MembershipConfig {
+            rejoin_backoff_max: cap,
+            ..cfg()
+        },
+        Arc::new(clock()),
+    )
+    .await
+    .unwrap();
+    w.set_status(HostStatus::Active).await.unwrap();
+    hub.isolate("w");
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let joins = counted.joins.lock().unwrap().clone();
+    // The first join, then the rejoin loop's attempts.
+    assert!(
+        joins.len() > 10,
+        "only {} join attempts in 40 s",
+        joins.len()
+    );
+    let gaps: Vec<Duration> = joins[1..].windows(2).map(|p| p[1] - p[0]).collect();
+    let widest = *gaps.iter().max().unwrap();
+    assert!(
+        widest <= cap + Duration::from_millis(50),
+        "a pause of {widest:?} between rejoin attempts, past the {cap:?} cap: {gaps:?}"
+    );
+    assert!(
+        gaps.iter()
+            .filter(|g| **g + Duration::from_millis(50) >= cap)
+            .count()
+            >= 10,
+        "the backoff never reached the cap: {gaps:?}"
+    );
+    hub.heal("w");
+    a.wait_for_view(cap + TTL, |v| v.get("w").is_some())
+        .await
+        .expect("w back in after the heal");
 }

@@ -508,3 +508,62 @@ pub fn make_mtls_dir(dir: &Path, cluster: &str, host: &str) -> std::path::PathBu
     std::fs::copy(dir.join("ca.crt"), dir.join(host).join("ca.crt")).unwrap();
     dir.join(host)
 }
+
+/// One in-process clustered host over a memory hub, with a raw-protocol app registered.
+pub struct Node {
+    pub host: Host,
+    pub app: TestApp,
+}
+
+/// Starts `id` on `hub` registering `actors` and `workers` (max concurrency 8); the app's
+/// method `work` sleeps 2 ms and echoes, unless `behaviours` says otherwise. Ready on return.
+pub async fn cluster_node(
+    dir: &std::path::Path,
+    hub: &sigx_sidecar::membership::MemoryHub,
+    id: &str,
+    actors: &[&str],
+    workers: &[&str],
+    behaviours: HashMap<String, Behaviour>,
+) -> Node {
+    let mut cfg = cluster_host_config(dir, id, &[]);
+    // These tests are about routing and the directory, not failover: a TTL of 600 ms fenced
+    // hosts when a loaded CI machine starved a heartbeat, and the calls then failed.
+    cfg.beat = Duration::from_millis(250);
+    cfg.ttl = Duration::from_secs(3);
+    let host = Host::start_with(
+        cfg,
+        sigx_sidecar::host::HostOptions {
+            provider: Some(hub.provider(id)),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let app = TestApp::start(
+        &host.socket,
+        v1::Register {
+            actors: actors.iter().map(|a| actor_spec(a, false, 0)).collect(),
+            workers: workers
+                .iter()
+                .map(|w| v1::WorkerTypeSpec {
+                    name: w.to_string(),
+                    max_concurrency: 8,
+                    methods: vec![],
+                })
+                .collect(),
+            app_name: id.into(),
+        },
+        {
+            let mut b = HashMap::from([(
+                "work".to_string(),
+                Behaviour::SleepEcho(Duration::from_millis(2)),
+            )]);
+            b.extend(behaviours);
+            b
+        },
+    )
+    .await
+    .unwrap();
+    wait_ready(host.health_addr, Duration::from_secs(10)).await;
+    Node { host, app }
+}
