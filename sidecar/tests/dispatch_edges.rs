@@ -215,3 +215,42 @@ async fn a_turn_past_the_slow_turn_threshold_is_counted_and_still_answers() {
     );
     assert_eq!(host.runtime.counters().snapshot()["slowTurns"], 1);
 }
+
+/// A fenced host keeps serving its own workers (the seed's rule; workers carry no
+/// single-activation promise) and refuses stateful calls as `fenced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_host_still_serves_its_own_workers_and_refuses_actors() {
+    let dir = tempdir();
+    let hub = MemoryHub::new();
+    let h = cluster_node(
+        dir.path(),
+        &hub,
+        "h",
+        &["Counter"],
+        &["Relay"],
+        HashMap::new(),
+    )
+    .await;
+    let mut c = client(&h.host.socket).await;
+    call(&mut c, "Counter", "k", "work", b"1", 5_000)
+        .await
+        .unwrap();
+    // A third party deletes h's record: proof of loss, h fences at once.
+    assert!(hub.kill("h"));
+    let mut fence = h.host.state.watch_fence();
+    tokio::time::timeout(Duration::from_secs(5), fence.wait_for(|f| f.is_some()))
+        .await
+        .expect("h fenced")
+        .unwrap();
+    let e = call(&mut c, "Counter", "k", "work", b"2", 5_000)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Fenced, "{e}");
+    assert_eq!(
+        &call(&mut c, "Relay", "", "work", b"3", 5_000)
+            .await
+            .unwrap()[..],
+        b"3",
+        "the fenced host's own worker still answers"
+    );
+}

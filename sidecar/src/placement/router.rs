@@ -279,9 +279,18 @@ impl Router {
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
         if let Some(reason) = self.state.fence_reason() {
-            // Terminal: re-resolving would land on the same refusal (seed: "Fencing").
+            // A worker this host registers runs here as before (seed: a fenced host keeps
+            // serving its own workers): workers have no single-activation promise to break.
+            if self.runtime.registers(&actor.actor_type) == Some(false) {
+                return self.runtime.invoke(actor, method, payload, deadline).await;
+            }
+            // Terminal for everything else (seed: "Fencing"). The seed refuses only what would
+            // resolve to a local activation and forwards the rest; sigx refuses those too,
+            // because the forward could not work for long: a fenced host's view is frozen, and
+            // peers refuse its mesh calls as an unknown peer once they have expired it.
             return Err(ActorError::fenced(format!(
-                "host {} is fenced ({reason}): it serves no calls until it is restarted",
+                "host {} is fenced ({reason}): it serves no calls but to its own workers until \
+                 it is restarted",
                 self.me
             )));
         }
