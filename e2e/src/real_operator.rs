@@ -47,6 +47,12 @@ impl Operator {
     /// Starts `sigx-operator` from [`crate::chaos::bin_dir`], watching every namespace, its
     /// leader Lease in `ops` (5 s).
     pub fn spawn(cp: &ControlPlane) -> Operator {
+        Operator::spawn_in(cp, "ops", false)
+    }
+
+    /// Like [`Operator::spawn`], with its kubeconfig and leader Lease in `ns`; `watch_only`
+    /// confines it to `ns` (`SIGX_WATCH_NAMESPACE`, a namespaced install).
+    pub fn spawn_in(cp: &ControlPlane, ns: &str, watch_only: bool) -> Operator {
         let bin = crate::chaos::bin_dir().join("sigx-operator");
         assert!(
             bin.is_file(),
@@ -55,17 +61,22 @@ impl Operator {
         );
         let log = cp.dir().join("operator.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .env("KUBECONFIG", cp.kubeconfig_for("ops"))
+        let mut cmd = Command::new(bin);
+        if watch_only {
+            cmd.env("SIGX_WATCH_NAMESPACE", ns);
+        } else {
+            cmd.env_remove("SIGX_WATCH_NAMESPACE");
+        }
+        let child = cmd
+            .env("KUBECONFIG", cp.kubeconfig_for(ns))
             .env("POD_NAME", "op-a")
-            .env("POD_NAMESPACE", "ops")
+            .env("POD_NAMESPACE", ns)
             .env("SIGX_LEADER_LEASE_SECONDS", "5")
             .env("SIGX_LEADER_GRACE_SECONDS", "1")
             .env("SIGX_METRICS_ADDR", "127.0.0.1:0")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .env_remove("SIGX_WATCH_NAMESPACE")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -80,14 +91,19 @@ impl Drop for Operator {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!(
-                "--- sigx-operator log (last 40 lines) ---\n{}",
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            );
+            print_log_tail("sigx-operator", &self.log, 40);
         }
     }
+}
+
+/// Prints the last `n` lines of a process's log to stderr (for a failing test's output).
+pub fn print_log_tail(name: &str, log: &std::path::Path, n: usize) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    eprintln!(
+        "--- {name} log (last {n} lines) ---\n{}",
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    );
 }
 
 /// A namespace's view of the API (created by [`Ns::create`]).

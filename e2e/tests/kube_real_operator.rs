@@ -6,10 +6,6 @@
 //!
 //! Needs `make controlplane` and the workspace binaries (`make test` builds both).
 
-use std::future::Future;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
@@ -18,82 +14,13 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Resource, ResourceExt};
 use sigx_crds::{ActorCluster, ActorRole};
 use sigx_e2e::controlplane::{self, ControlPlane};
+use sigx_e2e::real_operator::{Operator, eventually};
 
 const NS: &str = "apps";
-/// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds. With
-/// the CRDs installed after the controller manager started, the garbage collector watched their
-/// kinds only from its next 30 s discovery resync (40 s measured from an ActorRole's deletion to
-/// its Pods'); `start_with_crds` installs them first.
-const PATIENCE: Duration = Duration::from_secs(60);
-
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The operator process, killed on drop; its log is printed when the test fails.
-struct Operator {
-    child: Child,
-    log: std::path::PathBuf,
-}
-
-impl Operator {
-    fn spawn(cp: &ControlPlane) -> Operator {
-        let bin = sigx_e2e::chaos::bin_dir().join("sigx-operator");
-        assert!(
-            bin.is_file(),
-            "{} is missing: `cargo build --workspace --bins` first (make test does)",
-            bin.display()
-        );
-        let log = cp.dir().join("operator.log");
-        let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(bin)
-            .env("KUBECONFIG", cp.kubeconfig_for(NS))
-            .env("POD_NAME", "op-a")
-            .env("POD_NAMESPACE", NS)
-            .env("SIGX_WATCH_NAMESPACE", NS)
-            .env("SIGX_LEADER_LEASE_SECONDS", "5")
-            .env("SIGX_LEADER_GRACE_SECONDS", "1")
-            .env("SIGX_METRICS_ADDR", "127.0.0.1:0")
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("spawn sigx-operator");
-        Operator { child, log }
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!(
-                "--- sigx-operator log (last 40 lines) ---\n{}",
-                lines[lines.len().saturating_sub(40)..].join("\n")
-            );
-        }
-    }
-}
+// The real controllers (GC, Deployment, ReplicaSet) and the operator's watch take seconds
+// (`real_operator::PATIENCE`). With the CRDs installed after the controller manager started,
+// the garbage collector watched their kinds only from its next 30 s discovery resync (40 s
+// measured from an ActorRole's deletion to its Pods'); `start_with_crds` installs them first.
 
 fn api<K>(client: &kube::Client) -> Api<K>
 where
@@ -174,7 +101,7 @@ async fn the_operator_reconciles_the_examples_on_a_real_api_server() {
     let cp = ControlPlane::start_with_crds();
     let client = cp.client(NS).await;
     controlplane::create_namespace(&client, NS).await;
-    let _operator = Operator::spawn(&cp);
+    let _operator = Operator::spawn_in(&cp, NS, true);
 
     let pp = PostParams::default();
     let cluster: ActorCluster = controlplane::repo_yaml("examples/k8s/cluster.yaml");

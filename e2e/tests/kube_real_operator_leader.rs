@@ -106,13 +106,7 @@ impl Drop for Replica {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
-            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            eprintln!(
-                "--- {} log (last 30 lines) ---\n{}",
-                self.name,
-                lines[lines.len().saturating_sub(30)..].join("\n")
-            );
+            sigx_e2e::real_operator::print_log_tail(self.name, &self.log, 30);
         }
     }
 }
