@@ -79,6 +79,9 @@ pub struct ActorRoleSpec {
     #[x_kube(merge_strategy = ListMerge::Set)]
     pub workers: Vec<TypeName>,
     /// Pod template of the app. The operator adds the sidecar, the socket volume and labels.
+    /// `spec.serviceAccountName` may name the app's own ServiceAccount (IRSA, Workload Identity,
+    /// Vault): the operator then binds the cluster's Lease Role to it too. Absent: the cluster's
+    /// `<cluster>-sigx`.
     pub template: PodTemplateSpec,
     /// Per-role settings of the injected sidecar, over the cluster's `spec.sidecar`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -93,6 +96,23 @@ pub struct RoleSidecarSpec {
     /// `spec.sidecar.resources` and the operator's measured default requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Mesh port of this role's sidecars, over the cluster's `spec.meshPort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub mesh_port: Option<i32>,
+    /// Health (probes, metrics, drain) port of this role's sidecars, over the cluster's
+    /// `spec.healthPort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub health_port: Option<i32>,
+    /// UID of this role's sidecars, over the cluster's `spec.sidecar.runAsUser`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub run_as_user: Option<i64>,
+    /// GID of this role's sidecars, over the cluster's `spec.sidecar.runAsGroup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub run_as_group: Option<i64>,
 }
 
 fn default_replicas() -> i32 {
