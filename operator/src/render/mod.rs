@@ -18,6 +18,7 @@ pub mod names;
 pub mod ports;
 pub mod resources;
 pub mod role;
+pub mod rollout;
 pub mod security;
 mod sidecar;
 pub mod stop;

@@ -21,17 +21,15 @@
 //!   UID or `fsGroup` is fixed unless asked for (`security.rs`);
 //! - rolling updates add one pod before removing one (maxSurge 1, maxUnavailable 0) and the
 //!   PodDisruptionBudget lets voluntary evictions take one pod at a time, so a rollout or a node
-//!   drain hands actors over one host at a time.
+//!   drain hands actors over one host at a time; the pods spread across nodes and zones
+//!   (`rollout.rs`, which also holds the role's overrides).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
-};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, KeyToPath, SecretVolumeSource, Volume};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sigx_crds::{ActorCluster, ActorRole, StateMode, labels};
 
 use super::cluster::{secret_source, state_mode};
@@ -197,6 +195,7 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
             drain_token: &drain_token,
         }));
     super::stop::add_pre_stop(&mut pod, ports.health, &drain_token);
+    super::rollout::add_default_spread(&mut pod, &selector);
 
     let grace = termination_grace_seconds(cluster);
     pod.termination_grace_period_seconds = Some(
@@ -240,13 +239,8 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
                 match_labels: Some(selector),
                 match_expressions: None,
             },
-            strategy: Some(DeploymentStrategy {
-                type_: Some("RollingUpdate".to_owned()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(1)),
-                    max_unavailable: Some(IntOrString::Int(0)),
-                }),
-            }),
+            strategy: Some(super::rollout::strategy(role)),
+            min_ready_seconds: super::rollout::min_ready_seconds(role),
             template,
             ..DeploymentSpec::default()
         },
@@ -276,7 +270,7 @@ pub fn pod_disruption_budget(
             owner_ref(role, KIND)?,
         ),
         spec: Some(PodDisruptionBudgetSpec {
-            max_unavailable: Some(IntOrString::Int(1)),
+            max_unavailable: Some(super::rollout::max_disruption(role)),
             selector: Some(LabelSelector {
                 match_labels: Some(selector),
                 match_expressions: None,

@@ -3,6 +3,7 @@
 use super::*;
 use crate::render::fixtures;
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSecurityContext, PodSpec, Probe};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 fn pod_spec(d: &Deployment) -> &PodSpec {
