@@ -16,6 +16,8 @@ pub const DEFAULT_HEARTBEAT_SECONDS: i32 = 5;
 pub const DEFAULT_TTL_SECONDS: i32 = 15;
 /// Default port of the host-to-host mesh.
 pub const DEFAULT_MESH_PORT: i32 = 7311;
+/// Default port of the sidecar's health, metrics and drain endpoint.
+pub const DEFAULT_HEALTH_PORT: i32 = 9090;
 /// Default per-call deadline (DESIGN.md §6: 30 s).
 pub const DEFAULT_CALL_TIMEOUT_SECONDS: i32 = 30;
 /// Default routing retries (DESIGN.md §5: 3).
@@ -75,6 +77,12 @@ pub struct ActorClusterSpec {
     #[serde(default = "default_mesh_port")]
     #[schemars(range(min = 1024, max = 65535))]
     pub mesh_port: i32,
+    /// Port of the sidecar's HTTP endpoint on every pod: probes (`/startupz`, `/livez`,
+    /// `/readyz`), `/metrics`, and `/drain` (the app container's preStop). Change it when an app
+    /// container already uses 9090 (Prometheus' default); a role may override it.
+    #[serde(default = "default_health_port")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub health_port: i32,
     /// How hosts authenticate each other: a referenced Secret, a generated one (the default), or
     /// an explicit `insecure: true`.
     #[serde(default)]
@@ -98,6 +106,10 @@ fn default_mesh_port() -> i32 {
     DEFAULT_MESH_PORT
 }
 
+fn default_health_port() -> i32 {
+    DEFAULT_HEALTH_PORT
+}
+
 /// The sidecar container.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -111,6 +123,16 @@ pub struct SidecarSpec {
     /// Resource requests and limits of the sidecar container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// UID the sidecar runs as. Absent: the image's user (65532 in the sigx image), or the one
+    /// the platform assigns (OpenShift's `restricted-v2` assigns a UID per namespace and refuses
+    /// pods that fix another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub run_as_user: Option<i64>,
+    /// GID the sidecar runs as. Absent: the image's group, or the platform's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub run_as_group: Option<i64>,
 }
 
 /// Image pull policy of a container.
@@ -254,6 +276,19 @@ pub struct CallSpec {
     #[serde(default = "default_retries")]
     #[schemars(range(min = 0, max = 10))]
     pub retries: i32,
+    /// Seconds a stopping host gives the app's in-flight turns and Deactivate turns before it
+    /// hands over (`SIGX_DRAIN_TIMEOUT_MS`). Absent: `timeoutSeconds`, so a turn in flight may run
+    /// to its deadline. The pods' `terminationGracePeriodSeconds` is sized from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub drain_timeout_seconds: Option<i32>,
+}
+
+impl CallSpec {
+    /// The drain timeout in seconds: `drainTimeoutSeconds`, else the call timeout.
+    pub fn drain_seconds(&self) -> i32 {
+        self.drain_timeout_seconds.unwrap_or(self.timeout_seconds)
+    }
 }
 
 fn default_timeout() -> i32 {
@@ -268,6 +303,7 @@ impl Default for CallSpec {
         Self {
             timeout_seconds: DEFAULT_CALL_TIMEOUT_SECONDS,
             retries: DEFAULT_CALL_RETRIES,
+            drain_timeout_seconds: None,
         }
     }
 }
@@ -547,9 +583,17 @@ mod tests {
             spec.calls,
             CallSpec {
                 timeout_seconds: 30,
-                retries: 3
+                retries: 3,
+                drain_timeout_seconds: None
             }
         );
+        assert_eq!(
+            spec.calls.drain_seconds(),
+            30,
+            "the drain defaults to the call deadline"
+        );
+        assert_eq!(spec.health_port, 9090);
+        assert_eq!(spec.sidecar.run_as_user, None, "no fixed UID unless asked");
         assert_eq!(spec.placement, PlacementPolicy::Random);
         assert_eq!(spec.auth.mode().unwrap(), AuthMode::Generated);
     }

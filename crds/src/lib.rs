@@ -22,7 +22,9 @@ pub use cluster::{
     SecretKeyRef, SidecarSpec,
 };
 pub use common::{TypeName, TypeNameError, condition_types, labels};
-pub use role::{ActorRole, ActorRoleSpec, ActorRoleStatus, ClusterRef, RoleSidecarSpec};
+pub use role::{
+    ActorRole, ActorRoleSpec, ActorRoleStatus, ClusterRef, RoleSidecarSpec, RolloutSpec,
+};
 pub use state::{StateKind, StateMode, StateSpec, StateSpecError};
 
 /// API group of both resources.

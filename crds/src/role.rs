@@ -4,6 +4,7 @@
 
 use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -79,7 +80,13 @@ pub struct ActorRoleSpec {
     #[x_kube(merge_strategy = ListMerge::Set)]
     pub workers: Vec<TypeName>,
     /// Pod template of the app. The operator adds the sidecar, the socket volume and labels.
+    /// `spec.serviceAccountName` may name the app's own ServiceAccount (IRSA, Workload Identity,
+    /// Vault): the operator then binds the cluster's Lease Role to it too. Absent: the cluster's
+    /// `<cluster>-sigx`.
     pub template: PodTemplateSpec,
+    /// How the role's pods are replaced during a rollout and disrupted by node drains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutSpec>,
     /// Per-role settings of the injected sidecar, over the cluster's `spec.sidecar`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sidecar: Option<RoleSidecarSpec>,
@@ -93,6 +100,45 @@ pub struct RoleSidecarSpec {
     /// `spec.sidecar.resources` and the operator's measured default requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    /// Mesh port of this role's sidecars, over the cluster's `spec.meshPort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub mesh_port: Option<i32>,
+    /// Health (probes, metrics, drain) port of this role's sidecars, over the cluster's
+    /// `spec.healthPort`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = 65535))]
+    pub health_port: Option<i32>,
+    /// UID of this role's sidecars, over the cluster's `spec.sidecar.runAsUser`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub run_as_user: Option<i64>,
+    /// GID of this role's sidecars, over the cluster's `spec.sidecar.runAsGroup`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub run_as_group: Option<i64>,
+}
+
+/// Rollout and disruption knobs of a role. Each absent field keeps the operator's default, which
+/// hands actors over one host at a time.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Pods created above `replicas` during a rollout (a number or a percentage); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_surge: Option<IntOrString>,
+    /// Pods that may be unavailable during a rollout; default 0 (add a pod before removing one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<IntOrString>,
+    /// Seconds a new pod must be ready before the rollout counts it available; Kubernetes'
+    /// default (0) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 3600))]
+    pub min_ready_seconds: Option<i32>,
+    /// Pods voluntary disruptions (node drains, evictions) may take at once: the
+    /// PodDisruptionBudget's `maxUnavailable`; default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_disruption: Option<IntOrString>,
 }
 
 fn default_replicas() -> i32 {

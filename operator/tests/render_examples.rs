@@ -138,7 +138,11 @@ fn both_roles_share_the_generated_secret_and_the_account() {
             secret_vol.secret.as_ref().unwrap().secret_name.as_deref(),
             Some("demo-sigx-secret")
         );
-        assert_eq!(spec.termination_grace_period_seconds, Some(30 + 15 + 10));
+        // drain (the call timeout) + the preStop margin + the app's exit + one beat + withdrawal.
+        assert_eq!(
+            spec.termination_grace_period_seconds,
+            Some(30 + 2 + 5 + 5 + 5)
+        );
         let env: Vec<_> = sidecar(d)
             .env
             .iter()

@@ -46,7 +46,21 @@ pub struct Args {
     )]
     pub socket: PathBuf,
 
-    /// The HTTP health and metrics listener (/livez, /readyz, /startupz, /metrics).
+    /// Permission bits of the app socket, in octal. 660 (owner and group) by default; the
+    /// operator sets 666 because in a pod the socket's directory is an `emptyDir` mounted only in
+    /// that pod's containers, so the volume is the boundary and the app need not share the
+    /// sidecar's UID or group (the platform may assign either).
+    #[arg(long, env = "SIGX_SOCKET_MODE", default_value = "660")]
+    pub socket_mode: String,
+
+    /// The token `/drain` on the health listener requires, in an `X-Sigx-Drain-Token` header.
+    /// Absent: `/drain` is off (404). The operator sets it and puts the same header in the app
+    /// containers' preStop hook, so a network peer that has not read the pod spec cannot drain
+    /// a host.
+    #[arg(long, env = "SIGX_DRAIN_TOKEN", hide_env_values = true)]
+    pub drain_token: Option<String>,
+
+    /// The HTTP health and metrics listener (/livez, /readyz, /startupz, /metrics, /drain).
     #[arg(long, env = "SIGX_HEALTH_ADDR", default_value = "0.0.0.0:9090")]
     pub health_addr: String,
 
@@ -258,6 +272,10 @@ pub enum ConfigError {
 #[derive(Clone)]
 pub struct Config {
     pub socket: PathBuf,
+    /// Permission bits of the app socket (`SIGX_SOCKET_MODE`).
+    pub socket_mode: u32,
+    /// What `/drain` requires in `X-Sigx-Drain-Token`; `None`: `/drain` is off. Never printed.
+    pub drain_token: Option<String>,
     pub health_addr: SocketAddr,
     pub mesh_addr: SocketAddr,
     pub advertise: String,
@@ -444,6 +462,16 @@ impl Args {
                 reason: format!("must be between 1 and {MAX_WORKER_THREADS}"),
             });
         }
+        let socket_mode = u32::from_str_radix(self.socket_mode.trim_start_matches("0o"), 8)
+            .ok()
+            .filter(|m| *m <= 0o777 && m & 0o600 == 0o600)
+            .ok_or_else(|| ConfigError::Invalid {
+                name: "SIGX_SOCKET_MODE",
+                value: self.socket_mode.clone(),
+                what: "octal permission bits",
+                reason: "write three octal digits the owner can read and write, e.g. 660".into(),
+            })?;
+        let drain_token = self.drain_token.filter(|t| !t.trim().is_empty());
         if self.socket.as_os_str().is_empty() {
             return Err(ConfigError::Invalid {
                 name: "SIGX_SOCKET",
@@ -581,6 +609,8 @@ impl Args {
             mtls,
             declared_types,
             socket: self.socket,
+            socket_mode,
+            drain_token,
             health_addr,
             mesh_addr,
             advertise,

@@ -228,3 +228,46 @@ fn host_ids_get_an_incarnation_suffix() {
     assert_ne!(a, b);
     assert!(a.starts_with("sigx-"));
 }
+
+#[test]
+fn the_socket_mode_is_octal_and_keeps_the_owner_able_to_use_it() {
+    assert_eq!(args(&[]).validate().unwrap().socket_mode, 0o660);
+    assert_eq!(
+        args(&["--socket-mode", "666"])
+            .validate()
+            .unwrap()
+            .socket_mode,
+        0o666
+    );
+    assert_eq!(
+        args(&["--socket-mode", "0o600"])
+            .validate()
+            .unwrap()
+            .socket_mode,
+        0o600
+    );
+    for bad in ["999", "444", "1777", "rw"] {
+        let err = args(&["--socket-mode", bad]).validate().unwrap_err();
+        assert!(err.to_string().contains("SIGX_SOCKET_MODE"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn a_blank_drain_token_leaves_drain_off() {
+    assert_eq!(args(&[]).validate().unwrap().drain_token, None);
+    assert_eq!(
+        args(&["--drain-token", " "])
+            .validate()
+            .unwrap()
+            .drain_token,
+        None
+    );
+    assert_eq!(
+        args(&["--drain-token", "t"])
+            .validate()
+            .unwrap()
+            .drain_token
+            .as_deref(),
+        Some("t")
+    );
+}

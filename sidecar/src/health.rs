@@ -1,18 +1,35 @@
-//! The HTTP health and metrics endpoint: `/livez`, `/readyz`, `/startupz`, `/metrics`.
+//! The HTTP health and metrics endpoint: `/livez`, `/readyz`, `/startupz`, `/metrics`, and
+//! `/drain`.
 //!
 //! * `/startupz` passes once every listener is bound (so a native-sidecar startupProbe holds the
 //!   app back until the socket exists).
 //! * `/readyz` passes while the host can serve: an app is registered, the host is active, and it
 //!   is neither leaving nor fenced.
 //! * `/livez` fails once the host has fenced (503): an orchestrator restart is the way back.
+//! * `/drain` drains the attached app (as its own `Drain` would) and answers once that is over:
+//!   the app container's preStop hook, so a pod's stop holds for any app, whatever its SDK does
+//!   on SIGTERM. Off unless a token is configured (`SIGX_DRAIN_TOKEN`), and refused (403)
+//!   without that token in [`DRAIN_TOKEN_HEADER`]: the port is reachable from the pod network.
 
 use http_body_util::Full;
 use hyper::body::Bytes;
-use hyper::{Request, Response, StatusCode};
+use hyper::{HeaderMap, Request, Response, StatusCode};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+
+/// The header `/drain` reads its token from.
+pub const DRAIN_TOKEN_HEADER: &str = "x-sigx-drain-token";
+
+/// What `/drain` runs once its token checked: drains the app and resolves with the answer.
+pub type DrainHook =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, (StatusCode, String)> + Send + Sync>;
+
+struct DrainEndpoint {
+    token: String,
+    run: DrainHook,
+}
 
 /// The host's lifecycle, as probes see it.
 pub struct HostState {
@@ -22,6 +39,7 @@ pub struct HostState {
     fence: watch::Sender<Option<String>>,
     unusable: watch::Sender<Option<String>>,
     metrics: Mutex<Option<Arc<dyn Fn() -> String + Send + Sync>>>,
+    drain: Mutex<Option<Arc<DrainEndpoint>>>,
 }
 
 impl std::fmt::Debug for HostState {
@@ -42,6 +60,7 @@ impl Default for HostState {
             fence: watch::channel(None).0,
             unusable: watch::channel(None).0,
             metrics: Mutex::new(None),
+            drain: Mutex::new(None),
         }
     }
 }
@@ -126,6 +145,10 @@ impl HostState {
     pub fn set_metrics(&self, render: Arc<dyn Fn() -> String + Send + Sync>) {
         *self.metrics.lock().expect("metrics lock") = Some(render);
     }
+    /// Turns `/drain` on: requests carrying `token` in [`DRAIN_TOKEN_HEADER`] run `run`.
+    pub fn set_drain(&self, token: String, run: DrainHook) {
+        *self.drain.lock().expect("drain lock") = Some(Arc::new(DrainEndpoint { token, run }));
+    }
     /// The state's name for `Status`.
     pub fn state_name(&self) -> &'static str {
         if self.fence_reason().is_some() {
@@ -188,9 +211,35 @@ fn route(state: &HostState, path: &str) -> Response<Full<Bytes>> {
         }
         _ => respond(
             StatusCode::NOT_FOUND,
-            "not found: try /livez /readyz /startupz /metrics\n".into(),
+            "not found: try /livez /readyz /startupz /metrics /drain\n".into(),
         ),
     }
+}
+
+/// `/drain`: off (404) without a configured token, refused (403) without the right one, else
+/// the hook's answer (it resolves once the app is drained).
+async fn drain_route(state: &HostState, headers: &HeaderMap) -> Response<Full<Bytes>> {
+    let endpoint = state.drain.lock().expect("drain lock").clone();
+    let Some(endpoint) = endpoint else {
+        return respond(
+            StatusCode::NOT_FOUND,
+            "/drain is off: the sidecar was started without SIGX_DRAIN_TOKEN\n".into(),
+        );
+    };
+    let given = headers.get(DRAIN_TOKEN_HEADER).map(|v| v.as_bytes());
+    if !given.is_some_and(|g| same_bytes(g, endpoint.token.as_bytes())) {
+        return respond(
+            StatusCode::FORBIDDEN,
+            format!("drain refused: the {DRAIN_TOKEN_HEADER} header is missing or wrong\n"),
+        );
+    }
+    let (code, body) = (endpoint.run)().await;
+    respond(code, body)
+}
+
+/// Compares in time independent of where the inputs differ.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Serves the health endpoint on `listener` until `shutdown` resolves.
@@ -218,7 +267,12 @@ pub async fn serve(
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let state = state.clone();
-                async move { Ok::<_, Infallible>(route(&state, req.uri().path())) }
+                async move {
+                    if req.uri().path() == "/drain" {
+                        return Ok::<_, Infallible>(drain_route(&state, req.headers()).await);
+                    }
+                    Ok(route(&state, req.uri().path()))
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Api, Resource, ResourceExt};
@@ -104,26 +105,31 @@ async fn reconcile_inner(
             d,
             render::pod_disruption_budget(&cluster, role)?,
             render::selector_string(&cluster, role)?,
+            render::role_lease_binding(&cluster, role)?,
         ))
     });
-    let (deployment, pdb, selector) = match rendered {
+    let (deployment, pdb, selector, binding) = match rendered {
         Ok(r) => r,
         Err(e) => {
             // The spec cannot be rendered (a reserved name in the template, ...): retrying will
             // not help until the user changes it, which triggers a new reconciliation.
-            let message = e.to_string();
-            problem(ctx, role, "InvalidSpec", message.clone()).await;
+            let (reason, message) = (e.reason(), e.to_string());
+            problem(ctx, role, reason, message.clone()).await;
             let status = role_status(
                 role,
                 &observed_before,
                 previous.selector.clone(),
-                Some(("InvalidSpec", message)),
+                Some((reason, message)),
                 &now,
             );
             write_status(ctx, role, namespace, name, status).await?;
             return Ok(Action::await_change());
         }
     };
+    // Before the Deployment, so the pods' own account can renew Leases from their first beat.
+    if let Err(e) = sync_role_binding(ctx, role, namespace, name, binding.as_ref()).await {
+        return Err(refused(ctx, role, &observed_before, &previous, e, &now).await);
+    }
     let applied = match ctx.apply(namespace, &deployment).await {
         Ok(d) => d,
         Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
@@ -162,6 +168,45 @@ async fn reconcile_inner(
     }
     write_status(ctx, role, namespace, name, status).await?;
     Ok(Action::await_change())
+}
+
+/// Applies the RoleBinding of the role's own ServiceAccount, or deletes the one this role owns
+/// once its template no longer names an account of its own (account.rs).
+async fn sync_role_binding(
+    ctx: &Context,
+    role: &ActorRole,
+    namespace: &str,
+    name: &str,
+    binding: Option<&RoleBinding>,
+) -> Result<(), ReconcileError> {
+    if let Some(binding) = binding {
+        ctx.apply(namespace, binding).await?;
+        return Ok(());
+    }
+    let binding_name = render::names::role_lease_binding(name);
+    let api: Api<RoleBinding> = Api::namespaced(ctx.client.clone(), namespace);
+    let what = || format!("RoleBinding {namespace}/{binding_name}");
+    let found = api
+        .get_opt(&binding_name)
+        .await
+        .map_err(ReconcileError::kube("reading", what()))?;
+    let ours = found.is_some_and(|b| {
+        b.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| Some(&o.uid) == role.metadata.uid.as_ref())
+    });
+    if ours {
+        match api.delete(&binding_name, &DeleteParams::default()).await {
+            Ok(_) => {
+                info!(binding = %binding_name, "the template no longer names its own ServiceAccount: removed its Lease RoleBinding")
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(ReconcileError::kube("deleting", what())(e)),
+        }
+    }
+    Ok(())
 }
 
 /// An apply the API server refused for good (invalid template, a webhook or policy denial):

@@ -7,22 +7,33 @@
 //! - [`cluster`]: per-cluster objects — the sidecars' ServiceAccount, a Role and RoleBinding on
 //!   Leases only, and the generated Secret.
 //! - [`role`]: per-role objects — the Deployment with the native sidecar, and its
-//!   PodDisruptionBudget.
+//!   PodDisruptionBudget; the sidecar container itself is [`sidecar`], its ports [`ports`], its
+//!   security context [`security`], the pod's stop sequence [`stop`] and its ServiceAccount
+//!   (with the RoleBinding a role's own account needs) [`account`].
 //! - [`names`]: the names and labels both of them (and the controllers) agree on.
 
+pub mod account;
 pub mod cluster;
 pub mod names;
+pub mod ports;
 pub mod resources;
 pub mod role;
+pub mod rollout;
+pub mod security;
+mod sidecar;
+pub mod stop;
 
+pub use account::{pod_service_account, role_lease_binding};
 pub use cluster::{
     SecretSource, co_owned_by_roles, generated_secret, lease_role, lease_role_binding,
     secret_source, service_account, state_mode,
 };
+pub use ports::{SidecarPorts, sidecar_ports};
 pub use role::{
     HEALTH_PORT, SIDECAR_CONTAINER, SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME,
-    deployment, pod_disruption_budget, selector_string, termination_grace_seconds,
+    deployment, pod_disruption_budget, selector_string,
 };
+pub use stop::{DRAIN_PATH, DRAIN_TOKEN_HEADER, drain_token, termination_grace_seconds};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
@@ -106,15 +117,34 @@ pub enum RenderError {
         what: &'static str,
         name: String,
     },
-    /// The template asks for a ServiceAccount other than the one with Lease access.
+    /// A template container declares one of the sidecar's ports (or the two sidecar ports are
+    /// equal): one of them would fail to bind in the pod's shared network namespace.
     #[error(
-        "ActorRole {role:?}: spec.template.spec.serviceAccountName is {found:?}, but the sidecar must run as {wanted:?} (the account with Lease access); remove the field"
+        "ActorRole {role:?}: container {container:?} uses port {port}, which is the sidecar's {what} port; change the container's port, or move the sidecar's with spec.sidecar.meshPort / spec.sidecar.healthPort on the role (or spec.meshPort / spec.healthPort on the ActorCluster)"
     )]
-    ServiceAccount {
+    PortConflict {
         role: String,
-        found: String,
-        wanted: String,
+        container: String,
+        port: i32,
+        what: &'static str,
     },
+    /// `hostNetwork: true` in the template.
+    #[error(
+        "ActorRole {role:?}: spec.template.spec.hostNetwork is true, which sigx refuses: the sidecar's ports would be the node's (two pods of the role on one node collide, /drain and /metrics face the node's network) and the host would advertise the node's address; remove hostNetwork"
+    )]
+    HostNetwork { role: String },
+}
+
+impl RenderError {
+    /// The condition and Event reason for this error: `PortConflict` and `HostNetwork` for
+    /// those, `InvalidSpec` for every other spec the operator cannot render.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::PortConflict { .. } => "PortConflict",
+            Self::HostNetwork { .. } => "HostNetwork",
+            _ => "InvalidSpec",
+        }
+    }
 }
 
 /// The name, or a [`RenderError::MissingMetadata`].

@@ -18,6 +18,12 @@ pub fn lease_role(cluster: &str) -> String {
     format!("{cluster}-sigx-leases")
 }
 
+/// The RoleBinding giving a role's own ServiceAccount (named in its template) the cluster's
+/// Lease Role.
+pub fn role_lease_binding(role: &str) -> String {
+    format!("{role}-sigx-role-leases")
+}
+
 /// The Secret the operator generates when `spec.auth` names none.
 pub fn generated_secret(cluster: &str) -> String {
     format!("{cluster}-sigx-secret")

@@ -7,9 +7,11 @@
 //!
 //! Stop: readiness fails; status `leaving`; in-flight turns drain; activations get `Deactivate`
 //! turns and are unregistered; the app's Serve stream ends with OK; the membership record is
-//! withdrawn; listeners close last.
+//! withdrawn; listeners close last. In a pod the first half runs earlier, on the app's preStop
+//! hook (`/drain`, see [`drain`]), while the app is still there to answer its turns.
 
 mod cluster;
+mod drain;
 pub mod late;
 pub mod local;
 mod reminders;
@@ -110,8 +112,8 @@ impl Default for HostOptions {
 }
 
 /// Binds the app socket at `path`: a stale file left by a dead process is replaced, a live
-/// listener is never stolen. The socket is made mode 0660 (the pod's shared volume).
-pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
+/// listener is never stolen. The socket is given `mode` (`SIGX_SOCKET_MODE`, 0660 by default).
+pub fn bind_socket(path: &Path, mode: u32) -> Result<UnixListener, HostError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -137,7 +139,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, HostError> {
         path: path.to_path_buf(),
         source,
     })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(|source| {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
         HostError::BindSocket {
             path: path.to_path_buf(),
             source,
@@ -223,7 +225,7 @@ impl Host {
                 .await
                 .map_err(|e| HostError::State(e.to_string()))?,
         };
-        let socket = bind_socket(&cfg.socket)?;
+        let socket = bind_socket(&cfg.socket, cfg.socket_mode)?;
         let health_listener =
             TcpListener::bind(cfg.health_addr)
                 .await
@@ -326,6 +328,12 @@ impl Host {
                 let status = cell.get().map(|c| c.router.status_counters());
                 render_metrics(&runtime, &state2, status)
             }));
+        }
+        if let Some(token) = &cfg.drain_token {
+            state.set_drain(
+                token.clone(),
+                drain::hook(runtime.clone(), Arc::downgrade(&state), cfg.drain_timeout),
+            );
         }
         state.set_started();
         tracing::info!(host = %cfg.host_id, socket = ?cfg.socket, health = %health_addr,

@@ -167,6 +167,7 @@ pub struct AppSession {
     outstanding: Arc<Outstanding>,
     closed: watch::Sender<bool>,
     drain: watch::Sender<bool>,
+    ended: watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for AppSession {
@@ -195,6 +196,7 @@ impl AppSession {
             outstanding,
             closed: watch::channel(false).0,
             drain: watch::channel(false).0,
+            ended: watch::channel(false).0,
         })
     }
 
@@ -218,6 +220,14 @@ impl AppSession {
     /// and may exit. No turn can be sent afterwards.
     pub fn end_stream(&self) {
         self.tx.lock().expect("tx lock").take();
+        self.ended.send_replace(true);
+    }
+
+    /// Resolves once the sidecar ended its side of the stream ([`AppSession::end_stream`]): a
+    /// drain is over.
+    pub async fn stream_ended(&self) {
+        let mut rx = self.ended.subscribe();
+        let _ = rx.wait_for(|e| *e).await;
     }
 
     /// Whether the app's stream has closed.

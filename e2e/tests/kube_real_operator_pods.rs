@@ -1,0 +1,212 @@
+//! What the real control plane judges about a role's pods (`sigx_e2e::controlplane`: real
+//! kube-apiserver with its ServiceAccount admission and RBAC authorizer, real Deployment and
+//! ReplicaSet controllers; no kubelet):
+//!
+//! - a role whose template names its own ServiceAccount (IRSA, Workload Identity, Vault) gets
+//!   pods running as it, and RBAC lets that account manage Leases (a SubjectAccessReview says
+//!   so) until the template stops naming it;
+//! - the pods the API server admits carry the `/drain` preStop hook and no fixed UID;
+//! - a template whose ports collide with the sidecar's, or with `hostNetwork`, is refused as a
+//!   Stalled condition naming the reason.
+//!
+//! Needs `make controlplane` and `cargo build --workspace --bins`.
+
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+use sigx_crds::ActorRole;
+use sigx_e2e::controlplane::{self, ControlPlane};
+use sigx_e2e::real_operator::{Ns, Operator, eventually};
+
+const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
+
+/// Whether RBAC lets `account` of `ns` update Leases there, as the API server's authorizer says.
+async fn may_renew_leases(client: &kube::Client, ns: &str, account: &str) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": format!("system:serviceaccount:{ns}:{account}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{ns}")],
+            "resourceAttributes": {"namespace": ns, "verb": "update",
+                "group": "coordination.k8s.io", "resource": "leases"}},
+    }))
+    .unwrap();
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+async fn own_account_and_admitted_pods(client: &kube::Client) {
+    let ns = Ns::create(client, "iam", json!({})).await;
+    let _: ServiceAccount = ns
+        .create_json(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "billing-irsa",
+                "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/billing"}}}))
+        .await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let role = ns
+        .role(
+            "engine",
+            1,
+            json!({"template": {"spec": {"serviceAccountName": "billing-irsa", "containers": [{
+                "name": "app", "image": "ghcr.io/sigx/counter-app:0.1.0",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}),
+        )
+        .await;
+    let pods = eventually("a pod of engine admitted", || async {
+        Some(ns.pods_of("engine").await).filter(|p| !p.is_empty())
+    })
+    .await;
+    let spec = pods[0].spec.as_ref().unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("billing-irsa"));
+    assert!(
+        !may_renew_leases(client, "iam", "default").await,
+        "the authorizer is really asked: an unbound account may not"
+    );
+    eventually(
+        "the role's own account to be bound to the Lease Role",
+        || async {
+            may_renew_leases(client, "iam", "billing-irsa")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(may_renew_leases(client, "iam", "demo-sigx").await);
+
+    // What the API server admitted: the drain hook on the app, no fixed UID on the sidecar.
+    let hook = spec.containers[0]
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|p| p.http_get.as_ref())
+        .expect("the admitted pod has the /drain preStop hook");
+    assert_eq!(hook.path.as_deref(), Some("/drain"));
+    assert_eq!(hook.port, IntOrString::Int(9090));
+    let uid = role.metadata.uid.clone().unwrap();
+    assert_eq!(hook.http_headers.as_ref().unwrap()[0].value, uid);
+    let sidecar = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == "sigx-sidecar")
+        .unwrap();
+    let sc = sidecar.security_context.as_ref().unwrap();
+    assert_eq!((sc.run_as_user, sc.run_as_group), (None, None));
+    assert!(
+        spec.security_context
+            .as_ref()
+            .and_then(|s| s.fs_group)
+            .is_none()
+    );
+
+    // The template stops naming its own account: the binding goes, and with it the access.
+    ns.api::<ActorRole>()
+        .patch(
+            "engine",
+            &PatchParams::default(),
+            // A merge patch's null removes the field.
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"serviceAccountName": null}}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the role's Lease RoleBinding to be removed", || async {
+        ns.get::<RoleBinding>("engine-sigx-role-leases")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the authorizer to refuse the unbound account", || async {
+        (!may_renew_leases(client, "iam", "billing-irsa").await).then_some(())
+    })
+    .await;
+}
+
+async fn colliding_ports_and_host_network_stall_the_role(client: &kube::Client) {
+    let ns = Ns::create(client, "ports", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let app = |extra: serde_json::Value| {
+        let mut pod = json!({"containers": [{"name": "app", "image": "a",
+            "ports": [{"name": "prom", "containerPort": 9090}]}]});
+        for (k, v) in extra.as_object().unwrap() {
+            pod[k] = v.clone();
+        }
+        json!({"template": {"spec": pod}})
+    };
+    ns.role("prom", 1, app(json!({}))).await;
+    let stalled = eventually("the port conflict to stall the role", || async {
+        ns.role_condition("prom", "Stalled")
+            .await
+            .filter(|c| c.status == "True" && c.reason == "PortConflict")
+    })
+    .await;
+    assert!(
+        stalled.message.contains("9090") && stalled.message.contains("healthPort"),
+        "{stalled:?}"
+    );
+    ns.role("hostnet", 1, app(json!({"hostNetwork": true})))
+        .await;
+    eventually("hostNetwork to stall the role", || async {
+        ns.role_condition("hostnet", "Stalled")
+            .await
+            .filter(|c| c.status == "True" && c.reason == "HostNetwork")
+    })
+    .await;
+    // Moving the sidecar's health port clears the conflict.
+    ns.api::<ActorRole>()
+        .patch(
+            "prom",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"sidecar": {"healthPort": 9191}}})),
+        )
+        .await
+        .unwrap();
+    let pods = eventually("prom's pod once the health port moved", || async {
+        Some(ns.pods_of("prom").await).filter(|p| !p.is_empty())
+    })
+    .await;
+    let sidecar = pods[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == "sigx-sidecar")
+        .unwrap()
+        .clone();
+    let health = sidecar
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("health"))
+        .unwrap();
+    assert_eq!(health.container_port, 9191);
+}
+
+async fn start() -> (ControlPlane, kube::Client, Operator) {
+    let cp = ControlPlane::start_with_crds();
+    let client = cp.client("ops").await;
+    controlplane::create_namespace(&client, "ops").await;
+    let operator = Operator::spawn(&cp);
+    (cp, client, operator)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_runs_as_its_own_service_account_with_lease_access() {
+    let (_cp, client, _operator) = start().await;
+    own_account_and_admitted_pods(&client).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn colliding_ports_and_host_network_are_refused_as_stalled() {
+    let (_cp, client, _operator) = start().await;
+    colliding_ports_and_host_network_stall_the_role(&client).await;
+}
