@@ -9,6 +9,7 @@
 
 use super::{PlacementRng, Policy, RouteCache, choose_with, eligible, is_eligible};
 use crate::app::Dispatcher;
+use crate::directory::{ListPage, Located};
 use crate::health::HostState;
 use crate::membership::{MemberFilter, MembershipHandle, MembershipView};
 use crate::mesh::{DeliverHandler, MeshCallError, MeshClient, PeerAddr};
@@ -40,6 +41,34 @@ pub trait Locator: Send + Sync + 'static {
         actor: &ActorId,
         deadline: Instant,
     ) -> Result<Option<String>, ActorError>;
+
+    /// Where `actor` lives with its activation id (for `Locate`). By default the host of
+    /// [`Locator::locate`] with no activation id, for locators that know only hosts.
+    async fn where_is(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<Located>, ActorError> {
+        Ok(self.locate(actor, deadline).await?.map(|host| Located {
+            host,
+            activation_id: String::new(),
+        }))
+    }
+
+    /// One page of the live activations of `actor_type` (for `ListActors`). By default
+    /// refused: a locator that is no directory has nothing to list.
+    async fn list(
+        &self,
+        actor_type: &str,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<ListPage, ActorError> {
+        let _ = (page_size, after, deadline);
+        Err(ActorError::invalid(format!(
+            "this host's locator keeps no directory: it cannot list the actors of {actor_type:?}"
+        )))
+    }
 
     /// Counters to report in `Status`, by stable name.
     fn counters(&self) -> Vec<(String, u64)> {
@@ -481,6 +510,41 @@ impl Dispatcher for Router {
             )
             .await
             .map_err(MeshCallError::into_actor_error)
+    }
+
+    async fn locate(
+        &self,
+        actor: ActorId,
+        deadline: Instant,
+    ) -> Result<v1::LocateResponse, ActorError> {
+        crate::app::refuse_worker(self.runtime.registers(&actor.actor_type), &actor)?;
+        let Some(at) = self.locator.where_is(&actor, deadline).await? else {
+            return Ok(v1::LocateResponse::default());
+        };
+        // The epoch is known only where the activation runs.
+        let epoch = if at.host == *self.me {
+            crate::app::local_epoch(&self.runtime, &actor, &at.activation_id)
+        } else {
+            0
+        };
+        Ok(v1::LocateResponse {
+            active: true,
+            host_id: at.host,
+            activation_id: at.activation_id,
+            epoch,
+        })
+    }
+
+    async fn list_actors(
+        &self,
+        actor_type: String,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<ListPage, ActorError> {
+        self.locator
+            .list(&actor_type, page_size, after, deadline)
+            .await
     }
 
     fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
