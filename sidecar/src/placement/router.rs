@@ -9,7 +9,6 @@
 
 use super::{PlacementRng, Policy, RouteCache, choose_with, eligible, is_eligible};
 use crate::app::Dispatcher;
-use crate::directory::{ListPage, Located};
 use crate::health::HostState;
 use crate::membership::{MemberFilter, MembershipHandle, MembershipView};
 use crate::mesh::{DeliverHandler, MeshCallError, MeshClient, PeerAddr};
@@ -31,50 +30,7 @@ const UNREACHABLE_WAIT_MIN: Duration = Duration::from_millis(25);
 /// The longest such pause.
 const UNREACHABLE_WAIT_MAX: Duration = Duration::from_millis(400);
 
-/// Where the directory says an actor lives.
-#[async_trait]
-pub trait Locator: Send + Sync + 'static {
-    /// The host holding `actor`'s activation according to its partition owner, or `None` when
-    /// it is not registered. Internal directory answers are retried inside `deadline`.
-    async fn locate(
-        &self,
-        actor: &ActorId,
-        deadline: Instant,
-    ) -> Result<Option<String>, ActorError>;
-
-    /// Where `actor` lives with its activation id (for `Locate`). By default the host of
-    /// [`Locator::locate`] with no activation id, for locators that know only hosts.
-    async fn where_is(
-        &self,
-        actor: &ActorId,
-        deadline: Instant,
-    ) -> Result<Option<Located>, ActorError> {
-        Ok(self.locate(actor, deadline).await?.map(|host| Located {
-            host,
-            activation_id: String::new(),
-        }))
-    }
-
-    /// One page of the live activations of `actor_type` (for `ListActors`). By default
-    /// refused: a locator that is no directory has nothing to list.
-    async fn list(
-        &self,
-        actor_type: &str,
-        page_size: usize,
-        after: Option<v1::ListCursor>,
-        deadline: Instant,
-    ) -> Result<ListPage, ActorError> {
-        let _ = (page_size, after, deadline);
-        Err(ActorError::invalid(format!(
-            "this host's locator keeps no directory: it cannot list the actors of {actor_type:?}"
-        )))
-    }
-
-    /// Counters to report in `Status`, by stable name.
-    fn counters(&self) -> Vec<(String, u64)> {
-        Vec::new()
-    }
-}
+pub use super::locator::Locator;
 
 /// Counters of the routing loop.
 #[derive(Debug, Default)]
@@ -541,7 +497,7 @@ impl Dispatcher for Router {
         page_size: usize,
         after: Option<v1::ListCursor>,
         deadline: Instant,
-    ) -> Result<ListPage, ActorError> {
+    ) -> Result<crate::directory::ListPage, ActorError> {
         self.locator
             .list(&actor_type, page_size, after, deadline)
             .await
