@@ -1,6 +1,8 @@
 //! `sigx`: the command line of the sigx actor runtime.
 //!
 //! * `sigx call <Type>/<key> <method> [json]`: call an actor through a sidecar.
+//! * `sigx actors where <Type>/<key>` / `sigx actors list <Type>`: where an actor is active,
+//!   and the live activations of a type across the fleet.
 //! * `sigx status`: what a sidecar knows about itself and the fleet; `sigx status --kubernetes`:
 //!   what the Kubernetes API records about a cluster (its ActorCluster status and Leases).
 //! * `sigx dev up`: a local cluster of sidecars and counter apps on this machine.
@@ -9,6 +11,7 @@
 //! sidecar could not be reached.
 #![forbid(unsafe_code)]
 
+mod actors;
 mod call;
 mod dev;
 mod duration;
@@ -30,7 +33,8 @@ pub const EXIT_USAGE: u8 = 2;
 #[command(
     name = "sigx",
     version,
-    about = "The sigx actor runtime: call actors, read status, run a local cluster"
+    about = "The sigx actor runtime: call actors, find and list them, read status, run a local \
+             cluster"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -49,6 +53,12 @@ pub struct SocketArg {
 enum Command {
     /// Call a method on an actor (or worker) and print the reply.
     Call(call::CallArgs),
+    /// Find actors: `where Counter/alice` (its host and activation) or `list Counter` (every
+    /// live activation of the type across the fleet, from the directory owners).
+    Actors {
+        #[command(subcommand)]
+        command: actors::ActorsCommand,
+    },
     /// Show a sidecar's host, state, types, activations, counters and its view of the fleet (or,
     /// with --kubernetes, a cluster's ActorCluster status and Leases from the Kubernetes API).
     Status(status::StatusArgs),
@@ -120,6 +130,7 @@ fn main() -> ExitCode {
     rt.block_on(async move {
         match cli.command {
             Command::Call(args) => call::run(args).await,
+            Command::Actors { command } => actors::run(command).await,
             Command::Status(args) => status::run(args).await,
             Command::Dev {
                 command: DevCommand::Up(args),

@@ -111,6 +111,20 @@ impl ActorHost for RawEcho {
     ) -> Result<Response<v1::ListRemindersResponse>, Status> {
         Err(Status::unimplemented("baseline"))
     }
+
+    async fn locate(
+        &self,
+        _r: Request<v1::LocateRequest>,
+    ) -> Result<Response<v1::LocateResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
+
+    async fn list_actors(
+        &self,
+        _r: Request<v1::ListActorsRequest>,
+    ) -> Result<Response<v1::ListActorsResponse>, Status> {
+        Err(Status::unimplemented("baseline"))
+    }
 }
 
 async fn raw_echo_uds(path: &Path) {

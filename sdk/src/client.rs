@@ -367,6 +367,51 @@ impl Client {
             .map_err(|s| read_status(&s, &self.socket))
     }
 
+    /// Where the actor `actor_type`/`key` is active now: its host, activation id and (when this
+    /// sidecar runs it) epoch, or `active: false`. Activates nothing.
+    pub async fn locate(
+        &self,
+        actor_type: impl Into<String>,
+        key: impl Into<String>,
+    ) -> Result<v1::LocateResponse, ActorError> {
+        let request = self.request(v1::LocateRequest {
+            actor: Some(v1::ActorRef {
+                actor_type: actor_type.into(),
+                key: key.into(),
+            }),
+            timeout_ms: self.timeout_ms(),
+        });
+        let mut inner = self.inner.clone();
+        inner
+            .locate(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| read_status(&s, &self.socket))
+    }
+
+    /// One page of the live activations of `actor_type`, fleet-wide: pass an empty
+    /// `page_token` for the first page, then each page's `next_page_token` until it is empty.
+    /// Check `incomplete`: partitions whose owner did not answer are listed in `skipped`.
+    pub async fn list_actors(
+        &self,
+        actor_type: impl Into<String>,
+        page_size: u32,
+        page_token: impl Into<String>,
+    ) -> Result<v1::ListActorsResponse, ActorError> {
+        let request = self.request(v1::ListActorsRequest {
+            actor_type: actor_type.into(),
+            page_size,
+            page_token: page_token.into(),
+            timeout_ms: self.timeout_ms(),
+        });
+        let mut inner = self.inner.clone();
+        inner
+            .list_actors(request)
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|s| read_status(&s, &self.socket))
+    }
+
     /// The raw generated client, for RPCs this SDK does not wrap. It shares this client's
     /// connection; its errors are plain tonic statuses (a failed dial is `Unavailable`).
     pub fn raw(&self) -> ActorHostClient<SidecarChannel> {

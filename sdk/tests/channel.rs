@@ -146,6 +146,20 @@ impl ActorHost for Echo {
     ) -> Result<Response<v1::ListRemindersResponse>, Status> {
         Err(Status::unimplemented("not a sidecar"))
     }
+
+    async fn locate(
+        &self,
+        _: Request<v1::LocateRequest>,
+    ) -> Result<Response<v1::LocateResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
+
+    async fn list_actors(
+        &self,
+        _: Request<v1::ListActorsRequest>,
+    ) -> Result<Response<v1::ListActorsResponse>, Status> {
+        Err(Status::unimplemented("not a sidecar"))
+    }
 }
 
 /// A stand-in sidecar serving [`Echo`] on `socket`, counting the connections it accepts.

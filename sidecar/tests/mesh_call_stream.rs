@@ -275,6 +275,12 @@ impl sigx_proto::v1::mesh_server::Mesh for OlderPeer {
     ) -> Result<tonic::Response<sigx_proto::v1::CollectResponse>, tonic::Status> {
         Err(tonic::Status::unimplemented("test peer"))
     }
+    async fn list_entries(
+        &self,
+        _r: tonic::Request<sigx_proto::v1::ListEntriesRequest>,
+    ) -> Result<tonic::Response<sigx_proto::v1::ListEntriesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("test peer"))
+    }
 }
 
 /// During a rolling upgrade a new host calls an old one: the stream is refused as

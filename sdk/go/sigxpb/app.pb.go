@@ -134,6 +134,412 @@ func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
 }
 
+// Asks where an actor is active.
+type LocateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The actor: a stateful actor type and key (workers have no location).
+	Actor *ActorRef `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// How long to wait for the directory, in milliseconds. 0 = the sidecar's default (30 s).
+	TimeoutMs     uint64 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateRequest) Reset() {
+	*x = LocateRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateRequest) ProtoMessage() {}
+
+func (x *LocateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateRequest.ProtoReflect.Descriptor instead.
+func (*LocateRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *LocateRequest) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *LocateRequest) GetTimeoutMs() uint64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// Where an actor is active, as its directory owner records it.
+type LocateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False: no activation of the actor is registered anywhere (never called, deactivated, or its
+	// host left); the other fields are empty.
+	Active bool `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	// The host holding the activation.
+	HostId string `protobuf:"bytes,2,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// The activation's id (`Turn.activation_id`).
+	ActivationId string `protobuf:"bytes,3,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// The activation's state epoch (`Turn.epoch`), known only to the host that runs it: set when
+	// the asked sidecar is that host and the activation is live there, else 0 (ask that host's
+	// sidecar for it). 0 also while the activation is still starting.
+	Epoch         uint64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LocateResponse) Reset() {
+	*x = LocateResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LocateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LocateResponse) ProtoMessage() {}
+
+func (x *LocateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LocateResponse.ProtoReflect.Descriptor instead.
+func (*LocateResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *LocateResponse) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
+func (x *LocateResponse) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *LocateResponse) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+func (x *LocateResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+// Asks for one page of the live activations of a type.
+type ListActorsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stateful actor type, e.g. "Counter".
+	ActorType string `protobuf:"bytes,1,opt,name=actor_type,json=actorType,proto3" json:"actor_type,omitempty"`
+	// At most this many actors in the page, 1..=1000; 0 = 100.
+	PageSize uint32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page, else `next_page_token` of the previous page (opaque).
+	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Deadline for the whole page, in milliseconds. 0 = the sidecar's default (30 s). Partitions
+	// whose owner has not answered by then are reported in `skipped`.
+	TimeoutMs     uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActorsRequest) Reset() {
+	*x = ListActorsRequest{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActorsRequest) ProtoMessage() {}
+
+func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
+func (*ListActorsRequest) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ListActorsRequest) GetActorType() string {
+	if x != nil {
+		return x.ActorType
+	}
+	return ""
+}
+
+func (x *ListActorsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListActorsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+func (x *ListActorsRequest) GetTimeoutMs() uint64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// One page of live activations.
+type ListActorsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In (partition, key) order.
+	Actors []*ActorLocation `protobuf:"bytes,1,rep,name=actors,proto3" json:"actors,omitempty"`
+	// Empty when this was the last page; else pass it as `page_token` for the next one.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// True when `skipped` is not empty: the page (and the listing) may miss actors.
+	Incomplete bool `protobuf:"varint,3,opt,name=incomplete,proto3" json:"incomplete,omitempty"`
+	// The partitions of this page's range that no owner answered for, with why.
+	Skipped       []*SkippedPartitions `protobuf:"bytes,4,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListActorsResponse) Reset() {
+	*x = ListActorsResponse{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListActorsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListActorsResponse) ProtoMessage() {}
+
+func (x *ListActorsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListActorsResponse.ProtoReflect.Descriptor instead.
+func (*ListActorsResponse) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListActorsResponse) GetActors() []*ActorLocation {
+	if x != nil {
+		return x.Actors
+	}
+	return nil
+}
+
+func (x *ListActorsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListActorsResponse) GetIncomplete() bool {
+	if x != nil {
+		return x.Incomplete
+	}
+	return false
+}
+
+func (x *ListActorsResponse) GetSkipped() []*SkippedPartitions {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+// One live activation, as the directory records it.
+type ActorLocation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor *ActorRef              `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// The host holding it.
+	HostId string `protobuf:"bytes,2,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
+	// Its activation id.
+	ActivationId  string `protobuf:"bytes,3,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActorLocation) Reset() {
+	*x = ActorLocation{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActorLocation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActorLocation) ProtoMessage() {}
+
+func (x *ActorLocation) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActorLocation.ProtoReflect.Descriptor instead.
+func (*ActorLocation) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ActorLocation) GetActor() *ActorRef {
+	if x != nil {
+		return x.Actor
+	}
+	return nil
+}
+
+func (x *ActorLocation) GetHostId() string {
+	if x != nil {
+		return x.HostId
+	}
+	return ""
+}
+
+func (x *ActorLocation) GetActivationId() string {
+	if x != nil {
+		return x.ActivationId
+	}
+	return ""
+}
+
+// Partitions left out of a page, grouped by owner and reason.
+type SkippedPartitions struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The owner asked, as the asked sidecar's view names it (empty: no owner in its view).
+	Owner string `protobuf:"bytes,1,opt,name=owner,proto3" json:"owner,omitempty"`
+	// Why, e.g. "recovering: the owner is collecting the partition after a view change" or
+	// "unreachable: ...".
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The partitions, ascending.
+	Partitions    []uint32 `protobuf:"varint,3,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SkippedPartitions) Reset() {
+	*x = SkippedPartitions{}
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SkippedPartitions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SkippedPartitions) ProtoMessage() {}
+
+func (x *SkippedPartitions) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SkippedPartitions.ProtoReflect.Descriptor instead.
+func (*SkippedPartitions) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SkippedPartitions) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *SkippedPartitions) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *SkippedPartitions) GetPartitions() []uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 // Sets a timer of one activation.
 type SetTimerRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +568,7 @@ type SetTimerRequest struct {
 
 func (x *SetTimerRequest) Reset() {
 	*x = SetTimerRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +580,7 @@ func (x *SetTimerRequest) String() string {
 func (*SetTimerRequest) ProtoMessage() {}
 
 func (x *SetTimerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[0]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +593,7 @@ func (x *SetTimerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimerRequest.ProtoReflect.Descriptor instead.
 func (*SetTimerRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetTimerRequest) GetActor() *ActorRef {
@@ -243,7 +649,7 @@ type SetTimerResponse struct {
 
 func (x *SetTimerResponse) Reset() {
 	*x = SetTimerResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +661,7 @@ func (x *SetTimerResponse) String() string {
 func (*SetTimerResponse) ProtoMessage() {}
 
 func (x *SetTimerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[1]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +674,7 @@ func (x *SetTimerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTimerResponse.ProtoReflect.Descriptor instead.
 func (*SetTimerResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetTimerResponse) GetReplaced() bool {
@@ -294,7 +700,7 @@ type CancelTimerRequest struct {
 
 func (x *CancelTimerRequest) Reset() {
 	*x = CancelTimerRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +712,7 @@ func (x *CancelTimerRequest) String() string {
 func (*CancelTimerRequest) ProtoMessage() {}
 
 func (x *CancelTimerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[2]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +725,7 @@ func (x *CancelTimerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTimerRequest.ProtoReflect.Descriptor instead.
 func (*CancelTimerRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CancelTimerRequest) GetActor() *ActorRef {
@@ -354,7 +760,7 @@ type CancelTimerResponse struct {
 
 func (x *CancelTimerResponse) Reset() {
 	*x = CancelTimerResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -366,7 +772,7 @@ func (x *CancelTimerResponse) String() string {
 func (*CancelTimerResponse) ProtoMessage() {}
 
 func (x *CancelTimerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[3]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -379,7 +785,7 @@ func (x *CancelTimerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTimerResponse.ProtoReflect.Descriptor instead.
 func (*CancelTimerResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{3}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CancelTimerResponse) GetExisted() bool {
@@ -417,7 +823,7 @@ type SetReminderRequest struct {
 
 func (x *SetReminderRequest) Reset() {
 	*x = SetReminderRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +835,7 @@ func (x *SetReminderRequest) String() string {
 func (*SetReminderRequest) ProtoMessage() {}
 
 func (x *SetReminderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[4]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +848,7 @@ func (x *SetReminderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReminderRequest.ProtoReflect.Descriptor instead.
 func (*SetReminderRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{4}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetReminderRequest) GetActor() *ActorRef {
@@ -527,7 +933,7 @@ type SetReminderResponse struct {
 
 func (x *SetReminderResponse) Reset() {
 	*x = SetReminderResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +945,7 @@ func (x *SetReminderResponse) String() string {
 func (*SetReminderResponse) ProtoMessage() {}
 
 func (x *SetReminderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[5]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +958,7 @@ func (x *SetReminderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReminderResponse.ProtoReflect.Descriptor instead.
 func (*SetReminderResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{5}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetReminderResponse) GetDueUnixMs() int64 {
@@ -573,7 +979,7 @@ type DeleteReminderRequest struct {
 
 func (x *DeleteReminderRequest) Reset() {
 	*x = DeleteReminderRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +991,7 @@ func (x *DeleteReminderRequest) String() string {
 func (*DeleteReminderRequest) ProtoMessage() {}
 
 func (x *DeleteReminderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[6]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +1004,7 @@ func (x *DeleteReminderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReminderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteReminderRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{6}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteReminderRequest) GetActor() *ActorRef {
@@ -625,7 +1031,7 @@ type DeleteReminderResponse struct {
 
 func (x *DeleteReminderResponse) Reset() {
 	*x = DeleteReminderResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +1043,7 @@ func (x *DeleteReminderResponse) String() string {
 func (*DeleteReminderResponse) ProtoMessage() {}
 
 func (x *DeleteReminderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[7]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +1056,7 @@ func (x *DeleteReminderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteReminderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteReminderResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{7}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DeleteReminderResponse) GetExisted() bool {
@@ -670,7 +1076,7 @@ type ListRemindersRequest struct {
 
 func (x *ListRemindersRequest) Reset() {
 	*x = ListRemindersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -682,7 +1088,7 @@ func (x *ListRemindersRequest) String() string {
 func (*ListRemindersRequest) ProtoMessage() {}
 
 func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[8]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -695,7 +1101,7 @@ func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRemindersRequest.ProtoReflect.Descriptor instead.
 func (*ListRemindersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{8}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRemindersRequest) GetActor() *ActorRef {
@@ -715,7 +1121,7 @@ type ListRemindersResponse struct {
 
 func (x *ListRemindersResponse) Reset() {
 	*x = ListRemindersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +1133,7 @@ func (x *ListRemindersResponse) String() string {
 func (*ListRemindersResponse) ProtoMessage() {}
 
 func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[9]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +1146,7 @@ func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRemindersResponse.ProtoReflect.Descriptor instead.
 func (*ListRemindersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{9}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
@@ -767,7 +1173,7 @@ type ReminderInfo struct {
 
 func (x *ReminderInfo) Reset() {
 	*x = ReminderInfo{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +1185,7 @@ func (x *ReminderInfo) String() string {
 func (*ReminderInfo) ProtoMessage() {}
 
 func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[10]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +1198,7 @@ func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReminderInfo.ProtoReflect.Descriptor instead.
 func (*ReminderInfo) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{10}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReminderInfo) GetName() string {
@@ -849,7 +1255,7 @@ type ReadStateRequest struct {
 
 func (x *ReadStateRequest) Reset() {
 	*x = ReadStateRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +1267,7 @@ func (x *ReadStateRequest) String() string {
 func (*ReadStateRequest) ProtoMessage() {}
 
 func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[11]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +1280,7 @@ func (x *ReadStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateRequest.ProtoReflect.Descriptor instead.
 func (*ReadStateRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{11}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadStateRequest) GetActor() *ActorRef {
@@ -923,7 +1329,7 @@ type ReadStateResponse struct {
 
 func (x *ReadStateResponse) Reset() {
 	*x = ReadStateResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1341,7 @@ func (x *ReadStateResponse) String() string {
 func (*ReadStateResponse) ProtoMessage() {}
 
 func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[12]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1354,7 @@ func (x *ReadStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadStateResponse.ProtoReflect.Descriptor instead.
 func (*ReadStateResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{12}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadStateResponse) GetEntries() []*StateEntry {
@@ -971,7 +1377,7 @@ type StateEntry struct {
 
 func (x *StateEntry) Reset() {
 	*x = StateEntry{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1389,7 @@ func (x *StateEntry) String() string {
 func (*StateEntry) ProtoMessage() {}
 
 func (x *StateEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[13]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1402,7 @@ func (x *StateEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateEntry.ProtoReflect.Descriptor instead.
 func (*StateEntry) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{13}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StateEntry) GetKey() string {
@@ -1035,7 +1441,7 @@ type StateWrite struct {
 
 func (x *StateWrite) Reset() {
 	*x = StateWrite{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1453,7 @@ func (x *StateWrite) String() string {
 func (*StateWrite) ProtoMessage() {}
 
 func (x *StateWrite) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[14]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1466,7 @@ func (x *StateWrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StateWrite.ProtoReflect.Descriptor instead.
 func (*StateWrite) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{14}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StateWrite) GetKey() string {
@@ -1128,7 +1534,7 @@ type AppMessage struct {
 
 func (x *AppMessage) Reset() {
 	*x = AppMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1546,7 @@ func (x *AppMessage) String() string {
 func (*AppMessage) ProtoMessage() {}
 
 func (x *AppMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[15]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1559,7 @@ func (x *AppMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppMessage.ProtoReflect.Descriptor instead.
 func (*AppMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{15}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AppMessage) GetMsg() isAppMessage_Msg {
@@ -1227,7 +1633,7 @@ type Drain struct {
 
 func (x *Drain) Reset() {
 	*x = Drain{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1645,7 @@ func (x *Drain) String() string {
 func (*Drain) ProtoMessage() {}
 
 func (x *Drain) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[16]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1658,7 @@ func (x *Drain) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Drain.ProtoReflect.Descriptor instead.
 func (*Drain) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{16}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
 }
 
 // Registers the app's types with its sidecar.
@@ -1270,7 +1676,7 @@ type Register struct {
 
 func (x *Register) Reset() {
 	*x = Register{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1688,7 @@ func (x *Register) String() string {
 func (*Register) ProtoMessage() {}
 
 func (x *Register) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[17]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1701,7 @@ func (x *Register) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Register.ProtoReflect.Descriptor instead.
 func (*Register) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{17}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Register) GetActors() []*ActorTypeSpec {
@@ -1336,7 +1742,7 @@ type ActorTypeSpec struct {
 
 func (x *ActorTypeSpec) Reset() {
 	*x = ActorTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1754,7 @@ func (x *ActorTypeSpec) String() string {
 func (*ActorTypeSpec) ProtoMessage() {}
 
 func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[18]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1767,7 @@ func (x *ActorTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorTypeSpec.ProtoReflect.Descriptor instead.
 func (*ActorTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{18}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ActorTypeSpec) GetName() string {
@@ -1407,7 +1813,7 @@ type WorkerTypeSpec struct {
 
 func (x *WorkerTypeSpec) Reset() {
 	*x = WorkerTypeSpec{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1825,7 @@ func (x *WorkerTypeSpec) String() string {
 func (*WorkerTypeSpec) ProtoMessage() {}
 
 func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[19]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1838,7 @@ func (x *WorkerTypeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerTypeSpec.ProtoReflect.Descriptor instead.
 func (*WorkerTypeSpec) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{19}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WorkerTypeSpec) GetName() string {
@@ -1471,7 +1877,7 @@ type SidecarMessage struct {
 
 func (x *SidecarMessage) Reset() {
 	*x = SidecarMessage{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1889,7 @@ func (x *SidecarMessage) String() string {
 func (*SidecarMessage) ProtoMessage() {}
 
 func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[20]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1902,7 @@ func (x *SidecarMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SidecarMessage.ProtoReflect.Descriptor instead.
 func (*SidecarMessage) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{20}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SidecarMessage) GetMsg() isSidecarMessage_Msg {
@@ -1574,7 +1980,7 @@ type FenceNotice struct {
 
 func (x *FenceNotice) Reset() {
 	*x = FenceNotice{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1992,7 @@ func (x *FenceNotice) String() string {
 func (*FenceNotice) ProtoMessage() {}
 
 func (x *FenceNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[21]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +2005,7 @@ func (x *FenceNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceNotice.ProtoReflect.Descriptor instead.
 func (*FenceNotice) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{21}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FenceNotice) GetReason() string {
@@ -1622,7 +2028,7 @@ type Registered struct {
 
 func (x *Registered) Reset() {
 	*x = Registered{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +2040,7 @@ func (x *Registered) String() string {
 func (*Registered) ProtoMessage() {}
 
 func (x *Registered) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[22]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +2053,7 @@ func (x *Registered) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Registered.ProtoReflect.Descriptor instead.
 func (*Registered) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{22}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Registered) GetHostId() string {
@@ -1720,7 +2126,7 @@ type Turn struct {
 
 func (x *Turn) Reset() {
 	*x = Turn{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +2138,7 @@ func (x *Turn) String() string {
 func (*Turn) ProtoMessage() {}
 
 func (x *Turn) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[23]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2151,7 @@ func (x *Turn) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Turn.ProtoReflect.Descriptor instead.
 func (*Turn) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{23}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Turn) GetTurnId() uint64 {
@@ -1918,7 +2324,7 @@ type TimerTick struct {
 
 func (x *TimerTick) Reset() {
 	*x = TimerTick{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2336,7 @@ func (x *TimerTick) String() string {
 func (*TimerTick) ProtoMessage() {}
 
 func (x *TimerTick) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[24]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2349,7 @@ func (x *TimerTick) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimerTick.ProtoReflect.Descriptor instead.
 func (*TimerTick) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{24}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TimerTick) GetName() string {
@@ -2003,7 +2409,7 @@ type Reminder struct {
 
 func (x *Reminder) Reset() {
 	*x = Reminder{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2421,7 @@ func (x *Reminder) String() string {
 func (*Reminder) ProtoMessage() {}
 
 func (x *Reminder) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[25]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2434,7 @@ func (x *Reminder) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reminder.ProtoReflect.Descriptor instead.
 func (*Reminder) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{25}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Reminder) GetName() string {
@@ -2075,7 +2481,7 @@ type Activate struct {
 
 func (x *Activate) Reset() {
 	*x = Activate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2493,7 @@ func (x *Activate) String() string {
 func (*Activate) ProtoMessage() {}
 
 func (x *Activate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[26]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2506,7 @@ func (x *Activate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activate.ProtoReflect.Descriptor instead.
 func (*Activate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{26}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{32}
 }
 
 // Invokes a method.
@@ -2116,7 +2522,7 @@ type Invoke struct {
 
 func (x *Invoke) Reset() {
 	*x = Invoke{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2534,7 @@ func (x *Invoke) String() string {
 func (*Invoke) ProtoMessage() {}
 
 func (x *Invoke) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[27]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2547,7 @@ func (x *Invoke) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Invoke.ProtoReflect.Descriptor instead.
 func (*Invoke) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{27}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Invoke) GetMethod() string {
@@ -2168,7 +2574,7 @@ type Deactivate struct {
 
 func (x *Deactivate) Reset() {
 	*x = Deactivate{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2180,7 +2586,7 @@ func (x *Deactivate) String() string {
 func (*Deactivate) ProtoMessage() {}
 
 func (x *Deactivate) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[28]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2193,7 +2599,7 @@ func (x *Deactivate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Deactivate.ProtoReflect.Descriptor instead.
 func (*Deactivate) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{28}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Deactivate) GetReason() DeactivateReason {
@@ -2225,7 +2631,7 @@ type TurnResult struct {
 
 func (x *TurnResult) Reset() {
 	*x = TurnResult{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2643,7 @@ func (x *TurnResult) String() string {
 func (*TurnResult) ProtoMessage() {}
 
 func (x *TurnResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[29]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2656,7 @@ func (x *TurnResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnResult.ProtoReflect.Descriptor instead.
 func (*TurnResult) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{29}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TurnResult) GetTurnId() uint64 {
@@ -2326,7 +2732,7 @@ type TurnError struct {
 
 func (x *TurnError) Reset() {
 	*x = TurnError{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2744,7 @@ func (x *TurnError) String() string {
 func (*TurnError) ProtoMessage() {}
 
 func (x *TurnError) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[30]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2757,7 @@ func (x *TurnError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnError.ProtoReflect.Descriptor instead.
 func (*TurnError) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{30}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TurnError) GetKind() ErrorKind {
@@ -2386,7 +2792,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2804,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[31]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2817,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{31}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CallRequest) GetActor() *ActorRef {
@@ -2453,7 +2859,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2871,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[32]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2884,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{32}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CallResponse) GetPayload() []byte {
@@ -2500,7 +2906,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +2918,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[33]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +2931,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{33}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MembersRequest) GetStatus() MemberStatusFilter {
@@ -2556,7 +2962,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2974,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[34]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2987,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{34}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MembersResponse) GetVersion() uint64 {
@@ -2615,7 +3021,7 @@ type DispatchOnRequest struct {
 
 func (x *DispatchOnRequest) Reset() {
 	*x = DispatchOnRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2627,7 +3033,7 @@ func (x *DispatchOnRequest) String() string {
 func (*DispatchOnRequest) ProtoMessage() {}
 
 func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[35]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2640,7 +3046,7 @@ func (x *DispatchOnRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DispatchOnRequest.ProtoReflect.Descriptor instead.
 func (*DispatchOnRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{35}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DispatchOnRequest) GetHostId() string {
@@ -2686,7 +3092,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2698,7 +3104,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[36]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2711,7 +3117,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{36}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{42}
 }
 
 // Live activations of one type.
@@ -2725,7 +3131,7 @@ type TypeActivations struct {
 
 func (x *TypeActivations) Reset() {
 	*x = TypeActivations{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +3143,7 @@ func (x *TypeActivations) String() string {
 func (*TypeActivations) ProtoMessage() {}
 
 func (x *TypeActivations) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[37]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +3156,7 @@ func (x *TypeActivations) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeActivations.ProtoReflect.Descriptor instead.
 func (*TypeActivations) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{37}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TypeActivations) GetActorType() string {
@@ -2790,7 +3196,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2802,7 +3208,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sigx_actors_v1_app_proto_msgTypes[38]
+	mi := &file_sigx_actors_v1_app_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2815,7 +3221,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{38}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *StatusResponse) GetHost() *HostDescriptor {
@@ -2871,7 +3277,41 @@ var File_sigx_actors_v1_app_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
-	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xc8\x01\n" +
+	"\x18sigx/actors/v1/app.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"^\n" +
+	"\rLocateRequest\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\x04R\ttimeoutMs\"|\n" +
+	"\x0eLocateResponse\x12\x16\n" +
+	"\x06active\x18\x01 \x01(\bR\x06active\x12\x17\n" +
+	"\ahost_id\x18\x02 \x01(\tR\x06hostId\x12#\n" +
+	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x8d\x01\n" +
+	"\x11ListActorsRequest\x12\x1d\n" +
+	"\n" +
+	"actor_type\x18\x01 \x01(\tR\tactorType\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\"\xd0\x01\n" +
+	"\x12ListActorsResponse\x125\n" +
+	"\x06actors\x18\x01 \x03(\v2\x1d.sigx.actors.v1.ActorLocationR\x06actors\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1e\n" +
+	"\n" +
+	"incomplete\x18\x03 \x01(\bR\n" +
+	"incomplete\x12;\n" +
+	"\askipped\x18\x04 \x03(\v2!.sigx.actors.v1.SkippedPartitionsR\askipped\"}\n" +
+	"\rActorLocation\x12.\n" +
+	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x17\n" +
+	"\ahost_id\x18\x02 \x01(\tR\x06hostId\x12#\n" +
+	"\ractivation_id\x18\x03 \x01(\tR\factivationId\"a\n" +
+	"\x11SkippedPartitions\x12\x14\n" +
+	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x03 \x03(\rR\n" +
+	"partitions\"\xc8\x01\n" +
 	"\x0fSetTimerRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
@@ -3055,7 +3495,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
-	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xde\a\n" +
+	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xfc\b\n" +
 	"\tActorHost\x12G\n" +
 	"\x05Serve\x12\x1a.sigx.actors.v1.AppMessage\x1a\x1e.sigx.actors.v1.SidecarMessage(\x010\x01\x12A\n" +
 	"\x04Call\x12\x1b.sigx.actors.v1.CallRequest\x1a\x1c.sigx.actors.v1.CallResponse\x12J\n" +
@@ -3069,7 +3509,10 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\vCancelTimer\x12\".sigx.actors.v1.CancelTimerRequest\x1a#.sigx.actors.v1.CancelTimerResponse\x12V\n" +
 	"\vSetReminder\x12\".sigx.actors.v1.SetReminderRequest\x1a#.sigx.actors.v1.SetReminderResponse\x12_\n" +
 	"\x0eDeleteReminder\x12%.sigx.actors.v1.DeleteReminderRequest\x1a&.sigx.actors.v1.DeleteReminderResponse\x12\\\n" +
-	"\rListReminders\x12$.sigx.actors.v1.ListRemindersRequest\x1a%.sigx.actors.v1.ListRemindersResponseb\x06proto3"
+	"\rListReminders\x12$.sigx.actors.v1.ListRemindersRequest\x1a%.sigx.actors.v1.ListRemindersResponse\x12G\n" +
+	"\x06Locate\x12\x1d.sigx.actors.v1.LocateRequest\x1a\x1e.sigx.actors.v1.LocateResponse\x12S\n" +
+	"\n" +
+	"ListActors\x12!.sigx.actors.v1.ListActorsRequest\x1a\".sigx.actors.v1.ListActorsResponseb\x06proto3"
 
 var (
 	file_sigx_actors_v1_app_proto_rawDescOnce sync.Once
@@ -3084,118 +3527,132 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(DeactivateReason)(0),          // 0: sigx.actors.v1.DeactivateReason
 	(MemberStatusFilter)(0),        // 1: sigx.actors.v1.MemberStatusFilter
-	(*SetTimerRequest)(nil),        // 2: sigx.actors.v1.SetTimerRequest
-	(*SetTimerResponse)(nil),       // 3: sigx.actors.v1.SetTimerResponse
-	(*CancelTimerRequest)(nil),     // 4: sigx.actors.v1.CancelTimerRequest
-	(*CancelTimerResponse)(nil),    // 5: sigx.actors.v1.CancelTimerResponse
-	(*SetReminderRequest)(nil),     // 6: sigx.actors.v1.SetReminderRequest
-	(*SetReminderResponse)(nil),    // 7: sigx.actors.v1.SetReminderResponse
-	(*DeleteReminderRequest)(nil),  // 8: sigx.actors.v1.DeleteReminderRequest
-	(*DeleteReminderResponse)(nil), // 9: sigx.actors.v1.DeleteReminderResponse
-	(*ListRemindersRequest)(nil),   // 10: sigx.actors.v1.ListRemindersRequest
-	(*ListRemindersResponse)(nil),  // 11: sigx.actors.v1.ListRemindersResponse
-	(*ReminderInfo)(nil),           // 12: sigx.actors.v1.ReminderInfo
-	(*ReadStateRequest)(nil),       // 13: sigx.actors.v1.ReadStateRequest
-	(*ReadStateResponse)(nil),      // 14: sigx.actors.v1.ReadStateResponse
-	(*StateEntry)(nil),             // 15: sigx.actors.v1.StateEntry
-	(*StateWrite)(nil),             // 16: sigx.actors.v1.StateWrite
-	(*AppMessage)(nil),             // 17: sigx.actors.v1.AppMessage
-	(*Drain)(nil),                  // 18: sigx.actors.v1.Drain
-	(*Register)(nil),               // 19: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),          // 20: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),         // 21: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),         // 22: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),            // 23: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),             // 24: sigx.actors.v1.Registered
-	(*Turn)(nil),                   // 25: sigx.actors.v1.Turn
-	(*TimerTick)(nil),              // 26: sigx.actors.v1.TimerTick
-	(*Reminder)(nil),               // 27: sigx.actors.v1.Reminder
-	(*Activate)(nil),               // 28: sigx.actors.v1.Activate
-	(*Invoke)(nil),                 // 29: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),             // 30: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),             // 31: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),              // 32: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),            // 33: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),           // 34: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),         // 35: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),        // 36: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil),      // 37: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),          // 38: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),        // 39: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),         // 40: sigx.actors.v1.StatusResponse
-	nil,                            // 41: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),               // 42: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),                 // 43: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),         // 44: sigx.actors.v1.HostDescriptor
+	(*LocateRequest)(nil),          // 2: sigx.actors.v1.LocateRequest
+	(*LocateResponse)(nil),         // 3: sigx.actors.v1.LocateResponse
+	(*ListActorsRequest)(nil),      // 4: sigx.actors.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),     // 5: sigx.actors.v1.ListActorsResponse
+	(*ActorLocation)(nil),          // 6: sigx.actors.v1.ActorLocation
+	(*SkippedPartitions)(nil),      // 7: sigx.actors.v1.SkippedPartitions
+	(*SetTimerRequest)(nil),        // 8: sigx.actors.v1.SetTimerRequest
+	(*SetTimerResponse)(nil),       // 9: sigx.actors.v1.SetTimerResponse
+	(*CancelTimerRequest)(nil),     // 10: sigx.actors.v1.CancelTimerRequest
+	(*CancelTimerResponse)(nil),    // 11: sigx.actors.v1.CancelTimerResponse
+	(*SetReminderRequest)(nil),     // 12: sigx.actors.v1.SetReminderRequest
+	(*SetReminderResponse)(nil),    // 13: sigx.actors.v1.SetReminderResponse
+	(*DeleteReminderRequest)(nil),  // 14: sigx.actors.v1.DeleteReminderRequest
+	(*DeleteReminderResponse)(nil), // 15: sigx.actors.v1.DeleteReminderResponse
+	(*ListRemindersRequest)(nil),   // 16: sigx.actors.v1.ListRemindersRequest
+	(*ListRemindersResponse)(nil),  // 17: sigx.actors.v1.ListRemindersResponse
+	(*ReminderInfo)(nil),           // 18: sigx.actors.v1.ReminderInfo
+	(*ReadStateRequest)(nil),       // 19: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),      // 20: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),             // 21: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),             // 22: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),             // 23: sigx.actors.v1.AppMessage
+	(*Drain)(nil),                  // 24: sigx.actors.v1.Drain
+	(*Register)(nil),               // 25: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),          // 26: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),         // 27: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),         // 28: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),            // 29: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),             // 30: sigx.actors.v1.Registered
+	(*Turn)(nil),                   // 31: sigx.actors.v1.Turn
+	(*TimerTick)(nil),              // 32: sigx.actors.v1.TimerTick
+	(*Reminder)(nil),               // 33: sigx.actors.v1.Reminder
+	(*Activate)(nil),               // 34: sigx.actors.v1.Activate
+	(*Invoke)(nil),                 // 35: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),             // 36: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),             // 37: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),              // 38: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),            // 39: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),           // 40: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),         // 41: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),        // 42: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil),      // 43: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),          // 44: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),        // 45: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),         // 46: sigx.actors.v1.StatusResponse
+	nil,                            // 47: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),               // 48: sigx.actors.v1.ActorRef
+	(ErrorKind)(0),                 // 49: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),         // 50: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	42, // 0: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	42, // 1: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	42, // 2: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	42, // 3: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	42, // 4: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	12, // 5: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
-	42, // 6: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	15, // 7: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	19, // 8: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	31, // 9: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	18, // 10: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	20, // 11: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	21, // 12: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	24, // 13: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	25, // 14: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	23, // 15: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	42, // 16: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	28, // 17: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	29, // 18: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	30, // 19: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	27, // 20: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
-	26, // 21: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
-	0,  // 22: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	32, // 23: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	16, // 24: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	43, // 25: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	42, // 26: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 27: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	44, // 28: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	42, // 29: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	44, // 30: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	39, // 31: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	41, // 32: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	36, // 33: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	17, // 34: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	33, // 35: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	35, // 36: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	37, // 37: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	35, // 38: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	38, // 39: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	13, // 40: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	2,  // 41: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
-	4,  // 42: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
-	6,  // 43: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
-	8,  // 44: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
-	10, // 45: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
-	22, // 46: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	34, // 47: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	36, // 48: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	34, // 49: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	36, // 50: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	40, // 51: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	14, // 52: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	3,  // 53: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
-	5,  // 54: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
-	7,  // 55: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
-	9,  // 56: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
-	11, // 57: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
-	46, // [46:58] is the sub-list for method output_type
-	34, // [34:46] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	48, // 0: sigx.actors.v1.LocateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	6,  // 1: sigx.actors.v1.ListActorsResponse.actors:type_name -> sigx.actors.v1.ActorLocation
+	7,  // 2: sigx.actors.v1.ListActorsResponse.skipped:type_name -> sigx.actors.v1.SkippedPartitions
+	48, // 3: sigx.actors.v1.ActorLocation.actor:type_name -> sigx.actors.v1.ActorRef
+	48, // 4: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	48, // 5: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	48, // 6: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	48, // 7: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	48, // 8: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	18, // 9: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	48, // 10: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	21, // 11: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	25, // 12: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	37, // 13: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	24, // 14: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	26, // 15: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	27, // 16: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	30, // 17: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	31, // 18: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	29, // 19: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	48, // 20: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	34, // 21: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	35, // 22: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	36, // 23: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	33, // 24: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	32, // 25: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	0,  // 26: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	38, // 27: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	22, // 28: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	49, // 29: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	48, // 30: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	1,  // 31: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	50, // 32: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	48, // 33: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	50, // 34: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	45, // 35: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	47, // 36: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	42, // 37: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	23, // 38: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	39, // 39: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	41, // 40: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	43, // 41: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	41, // 42: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	44, // 43: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	19, // 44: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	8,  // 45: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	10, // 46: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	12, // 47: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	14, // 48: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	16, // 49: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	2,  // 50: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
+	4,  // 51: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
+	28, // 52: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	40, // 53: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	42, // 54: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	40, // 55: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	42, // 56: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	46, // 57: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	20, // 58: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	9,  // 59: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	11, // 60: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	13, // 61: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	15, // 62: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	17, // 63: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	3,  // 64: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
+	5,  // 65: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
+	52, // [52:66] is the sub-list for method output_type
+	38, // [38:52] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -3205,32 +3662,32 @@ func file_sigx_actors_v1_app_proto_init() {
 	}
 	file_sigx_actors_v1_errors_proto_init()
 	file_sigx_actors_v1_types_proto_init()
-	file_sigx_actors_v1_app_proto_msgTypes[4].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[10].OneofWrappers = []any{
 		(*SetReminderRequest_DueUnixMs)(nil),
 		(*SetReminderRequest_DueInMs)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[14].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[20].OneofWrappers = []any{
 		(*StateWrite_Put)(nil),
 		(*StateWrite_Delete)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[15].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[21].OneofWrappers = []any{
 		(*AppMessage_Register)(nil),
 		(*AppMessage_Result)(nil),
 		(*AppMessage_Drain)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[20].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[26].OneofWrappers = []any{
 		(*SidecarMessage_Registered)(nil),
 		(*SidecarMessage_Turn)(nil),
 		(*SidecarMessage_Fenced)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[23].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[29].OneofWrappers = []any{
 		(*Turn_Activate)(nil),
 		(*Turn_Invoke)(nil),
 		(*Turn_Deactivate)(nil),
 		(*Turn_Reminder)(nil),
 		(*Turn_Timer)(nil),
 	}
-	file_sigx_actors_v1_app_proto_msgTypes[29].OneofWrappers = []any{
+	file_sigx_actors_v1_app_proto_msgTypes[35].OneofWrappers = []any{
 		(*TurnResult_Ok)(nil),
 		(*TurnResult_Error)(nil),
 	}
@@ -3240,7 +3697,7 @@ func file_sigx_actors_v1_app_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   40,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

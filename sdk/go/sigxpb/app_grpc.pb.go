@@ -37,6 +37,8 @@ const (
 	ActorHost_SetReminder_FullMethodName    = "/sigx.actors.v1.ActorHost/SetReminder"
 	ActorHost_DeleteReminder_FullMethodName = "/sigx.actors.v1.ActorHost/DeleteReminder"
 	ActorHost_ListReminders_FullMethodName  = "/sigx.actors.v1.ActorHost/ListReminders"
+	ActorHost_Locate_FullMethodName         = "/sigx.actors.v1.ActorHost/Locate"
+	ActorHost_ListActors_FullMethodName     = "/sigx.actors.v1.ActorHost/ListActors"
 )
 
 // ActorHostClient is the client API for ActorHost service.
@@ -88,6 +90,21 @@ type ActorHostClient interface {
 	DeleteReminder(ctx context.Context, in *DeleteReminderRequest, opts ...grpc.CallOption) (*DeleteReminderResponse, error)
 	// The reminders of one actor, by name.
 	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
+	// Where an actor is active right now: asks the directory owner of the actor's partition (in a
+	// cluster; retrying its internal answers within the timeout, then TIMEOUT), or this host's
+	// runtime (a single host, `--membership none`). Activates nothing: an actor nobody called, or
+	// one deactivated since, answers `active: false`. Errors: INVALID (a bad actor ref), TIMEOUT,
+	// UNREACHABLE (the host is still joining).
+	Locate(ctx context.Context, in *LocateRequest, opts ...grpc.CallOption) (*LocateResponse, error)
+	// The live activations of one actor type, fleet-wide, one page at a time. The asked sidecar
+	// walks the directory's 4096 partitions in ascending order, asking each partition's owner in
+	// its view (each partition once, by its owner, over the mesh), and returns the entries in
+	// (partition, key) order: a stable order, whatever the placement. A partition whose owner is
+	// recovering (collecting after a view change), refuses (its view differs) or cannot be
+	// reached within the timeout is never dropped silently: it is listed in `skipped` and
+	// `incomplete` is set. Pages are not a snapshot: an actor activated or deactivated between two
+	// pages may be missing or listed, but none is listed twice while it stays where it is.
+	ListActors(ctx context.Context, in *ListActorsRequest, opts ...grpc.CallOption) (*ListActorsResponse, error)
 }
 
 type actorHostClient struct {
@@ -230,6 +247,26 @@ func (c *actorHostClient) ListReminders(ctx context.Context, in *ListRemindersRe
 	return out, nil
 }
 
+func (c *actorHostClient) Locate(ctx context.Context, in *LocateRequest, opts ...grpc.CallOption) (*LocateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LocateResponse)
+	err := c.cc.Invoke(ctx, ActorHost_Locate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *actorHostClient) ListActors(ctx context.Context, in *ListActorsRequest, opts ...grpc.CallOption) (*ListActorsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListActorsResponse)
+	err := c.cc.Invoke(ctx, ActorHost_ListActors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ActorHostServer is the server API for ActorHost service.
 // All implementations must embed UnimplementedActorHostServer
 // for forward compatibility.
@@ -279,6 +316,21 @@ type ActorHostServer interface {
 	DeleteReminder(context.Context, *DeleteReminderRequest) (*DeleteReminderResponse, error)
 	// The reminders of one actor, by name.
 	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)
+	// Where an actor is active right now: asks the directory owner of the actor's partition (in a
+	// cluster; retrying its internal answers within the timeout, then TIMEOUT), or this host's
+	// runtime (a single host, `--membership none`). Activates nothing: an actor nobody called, or
+	// one deactivated since, answers `active: false`. Errors: INVALID (a bad actor ref), TIMEOUT,
+	// UNREACHABLE (the host is still joining).
+	Locate(context.Context, *LocateRequest) (*LocateResponse, error)
+	// The live activations of one actor type, fleet-wide, one page at a time. The asked sidecar
+	// walks the directory's 4096 partitions in ascending order, asking each partition's owner in
+	// its view (each partition once, by its owner, over the mesh), and returns the entries in
+	// (partition, key) order: a stable order, whatever the placement. A partition whose owner is
+	// recovering (collecting after a view change), refuses (its view differs) or cannot be
+	// reached within the timeout is never dropped silently: it is listed in `skipped` and
+	// `incomplete` is set. Pages are not a snapshot: an actor activated or deactivated between two
+	// pages may be missing or listed, but none is listed twice while it stays where it is.
+	ListActors(context.Context, *ListActorsRequest) (*ListActorsResponse, error)
 	mustEmbedUnimplementedActorHostServer()
 }
 
@@ -324,6 +376,12 @@ func (UnimplementedActorHostServer) DeleteReminder(context.Context, *DeleteRemin
 }
 func (UnimplementedActorHostServer) ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListReminders not implemented")
+}
+func (UnimplementedActorHostServer) Locate(context.Context, *LocateRequest) (*LocateResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Locate not implemented")
+}
+func (UnimplementedActorHostServer) ListActors(context.Context, *ListActorsRequest) (*ListActorsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListActors not implemented")
 }
 func (UnimplementedActorHostServer) mustEmbedUnimplementedActorHostServer() {}
 func (UnimplementedActorHostServer) testEmbeddedByValue()                   {}
@@ -544,6 +602,42 @@ func _ActorHost_ListReminders_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActorHost_Locate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LocateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).Locate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_Locate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).Locate(ctx, req.(*LocateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActorHost_ListActors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListActorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActorHostServer).ListActors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActorHost_ListActors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActorHostServer).ListActors(ctx, req.(*ListActorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ActorHost_ServiceDesc is the grpc.ServiceDesc for ActorHost service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -590,6 +684,14 @@ var ActorHost_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReminders",
 			Handler:    _ActorHost_ListReminders_Handler,
+		},
+		{
+			MethodName: "Locate",
+			Handler:    _ActorHost_Locate_Handler,
+		},
+		{
+			MethodName: "ListActors",
+			Handler:    _ActorHost_ListActors_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,6 +6,9 @@
 
 pub mod authority;
 pub mod deadline;
+pub mod enumerate;
+
+pub use enumerate::{local_epoch, refuse_worker};
 
 use crate::runtime::{ActorId, AttachError, Registry, Runtime};
 use async_trait::async_trait;
@@ -46,6 +49,22 @@ pub trait Dispatcher: Send + Sync + 'static {
         payload: Bytes,
         deadline: Instant,
     ) -> Result<Bytes, ActorError>;
+
+    /// Where `actor` is active now (`Locate`): activates nothing.
+    async fn locate(
+        &self,
+        actor: ActorId,
+        deadline: Instant,
+    ) -> Result<v1::LocateResponse, ActorError>;
+
+    /// One page of the live activations of `actor_type` after `after` (`ListActors`).
+    async fn list_actors(
+        &self,
+        actor_type: String,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<crate::directory::ListPage, ActorError>;
 
     /// The filtered membership view.
     fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse;
@@ -280,6 +299,31 @@ impl ActorHost for AppService {
             .histograms
             .call(kind, clock.now().duration_since(started));
         Ok(Response::new(v1::CallResponse { payload: answer? }))
+    }
+
+    async fn locate(
+        &self,
+        request: Request<v1::LocateRequest>,
+    ) -> Result<Response<v1::LocateResponse>, Status> {
+        let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        let req = request.into_inner();
+        let actor = actor_of(req.actor.as_ref(), "actor")?;
+        Ok(Response::new(
+            self.dispatcher.locate(actor, deadline).await?,
+        ))
+    }
+
+    async fn list_actors(
+        &self,
+        request: Request<v1::ListActorsRequest>,
+    ) -> Result<Response<v1::ListActorsResponse>, Status> {
+        let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        let (actor_type, page_size, after) = enumerate::list_request(request.get_ref())?;
+        let page = self
+            .dispatcher
+            .list_actors(actor_type, page_size, after, deadline)
+            .await?;
+        Ok(Response::new(enumerate::list_response(page)))
     }
 
     async fn members(

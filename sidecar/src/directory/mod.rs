@@ -26,19 +26,22 @@
 pub mod collect;
 pub mod gate;
 pub mod hash;
+pub mod listing;
 pub mod table;
 pub mod view;
 
 pub use gate::{DirectoryGate, Located};
 pub use hash::{PARTITIONS, partition};
+pub use listing::{ListPage, Skipped};
 pub use view::{DirView, KnownFromViews, PeerInfo, PeerStatus, ViewCell, ViewSource};
 
 use crate::mesh::{DirectoryHandler, MeshClient};
 use crate::runtime::ActorId;
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
-    ActorRef, CollectRequest, CollectResponse, DirectoryEntry, DirectoryStatus, LookupRequest,
-    LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
+    ActorRef, CollectRequest, CollectResponse, DirectoryEntry, DirectoryStatus, ListEntriesRequest,
+    ListEntriesResponse, LookupRequest, LookupResponse, RegisterRequest, RegisterResponse,
+    UnregisterRequest, UnregisterResponse,
 };
 use std::collections::HashMap;
 use std::hash::RandomState;
@@ -694,6 +697,13 @@ impl DirectoryHandler for Directory {
     }
     fn collect(&self, peer: &str, req: CollectRequest) -> Result<CollectResponse, ActorError> {
         self.inner.answer_collect(peer, &req)
+    }
+    fn list_entries(
+        &self,
+        _peer: &str,
+        req: ListEntriesRequest,
+    ) -> Result<ListEntriesResponse, ActorError> {
+        self.inner.owner_list(&req)
     }
 }
 

@@ -149,6 +149,24 @@ impl Locator for DirectoryLocator {
     ) -> Result<Option<String>, ActorError> {
         Ok(self.0.lookup(actor, deadline).await?.map(|l| l.host))
     }
+    async fn where_is(
+        &self,
+        actor: &ActorId,
+        deadline: Instant,
+    ) -> Result<Option<crate::directory::Located>, ActorError> {
+        self.0.lookup(actor, deadline).await
+    }
+    async fn list(
+        &self,
+        actor_type: &str,
+        page_size: usize,
+        after: Option<sigx_proto::v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<crate::directory::ListPage, ActorError> {
+        self.0
+            .list_page(actor_type, page_size, after, deadline)
+            .await
+    }
     fn counters(&self) -> Vec<(String, u64)> {
         let c = self.0.counters();
         vec![

@@ -150,6 +150,28 @@ impl Dispatcher for LateDispatcher {
             None => Err(joining(&self.host)),
         }
     }
+    async fn locate(
+        &self,
+        actor: ActorId,
+        deadline: Instant,
+    ) -> Result<v1::LocateResponse, ActorError> {
+        match self.inner.get() {
+            Some(d) => d.locate(actor, deadline).await,
+            None => Err(joining(&self.host)),
+        }
+    }
+    async fn list_actors(
+        &self,
+        actor_type: String,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<crate::directory::ListPage, ActorError> {
+        match self.inner.get() {
+            Some(d) => d.list_actors(actor_type, page_size, after, deadline).await,
+            None => Err(joining(&self.host)),
+        }
+    }
     fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
         self.inner.get().unwrap_or(&self.fallback).members(req)
     }

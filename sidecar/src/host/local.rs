@@ -105,6 +105,54 @@ impl Dispatcher for LocalDispatcher {
             .await
     }
 
+    async fn locate(
+        &self,
+        actor: ActorId,
+        _deadline: Instant,
+    ) -> Result<v1::LocateResponse, ActorError> {
+        crate::app::refuse_worker(self.runtime.registers(&actor.actor_type), &actor)?;
+        Ok(match self.runtime.activation_of(&actor) {
+            Some((activation_id, epoch)) => v1::LocateResponse {
+                active: true,
+                host_id: self.runtime.config().host_id.clone(),
+                activation_id: activation_id.to_string(),
+                epoch,
+            },
+            None => v1::LocateResponse::default(),
+        })
+    }
+
+    async fn list_actors(
+        &self,
+        actor_type: String,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        _deadline: Instant,
+    ) -> Result<crate::directory::ListPage, ActorError> {
+        // One host is the whole fleet: its runtime is the directory.
+        let host = &self.runtime.config().host_id;
+        let entries = self
+            .runtime
+            .live_activations()
+            .into_iter()
+            .filter(|(id, _)| *id.actor_type == *actor_type)
+            .map(|(id, activation)| {
+                let p = crate::directory::partition(&id.actor_type, &id.key);
+                let entry = v1::DirectoryEntry {
+                    actor: Some(id.to_proto()),
+                    host_id: host.clone(),
+                    activation_id: activation.to_string(),
+                };
+                (p, entry)
+            })
+            .collect();
+        Ok(crate::directory::listing::page_of(
+            entries,
+            page_size,
+            after.as_ref(),
+        ))
+    }
+
     fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {
         self.view(req)
     }

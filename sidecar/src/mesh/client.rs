@@ -12,8 +12,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
     CollectRequest, CollectResponse, DeliverAnswer, DeliverFrame, DeliverRequest, DeliverResponse,
-    LookupRequest, LookupResponse, RegisterRequest, RegisterResponse, UnregisterRequest,
-    UnregisterResponse, deliver_response::Outcome,
+    ListEntriesRequest, ListEntriesResponse, LookupRequest, LookupResponse, RegisterRequest,
+    RegisterResponse, UnregisterRequest, UnregisterResponse, deliver_response::Outcome,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error as _;
@@ -40,6 +40,8 @@ pub mod paths {
     pub const UNREGISTER: &str = "/sigx.actors.v1.Mesh/Unregister";
     /// `Mesh/Collect`.
     pub const COLLECT: &str = "/sigx.actors.v1.Mesh/Collect";
+    /// `Mesh/ListEntries`.
+    pub const LIST_ENTRIES: &str = "/sigx.actors.v1.Mesh/ListEntries";
 }
 
 /// How a mesh call failed — a statement about whether it ran.
@@ -952,6 +954,16 @@ impl MeshClient {
         deadline: Instant,
     ) -> Result<CollectResponse, MeshCallError> {
         self.unary(peer, paths::COLLECT, req, deadline).await
+    }
+
+    /// Directory `ListEntries` (actor enumeration).
+    pub async fn list_entries(
+        &self,
+        peer: PeerAddr<'_>,
+        req: ListEntriesRequest,
+        deadline: Instant,
+    ) -> Result<ListEntriesResponse, MeshCallError> {
+        self.unary(peer, paths::LIST_ENTRIES, req, deadline).await
     }
 }
 

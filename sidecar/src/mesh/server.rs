@@ -7,8 +7,9 @@ use bytes::Bytes;
 use sigx_proto::ActorError;
 use sigx_proto::v1::{
     self, CollectRequest, CollectResponse, DeliverAnswer, DeliverFrame, DeliverRequest,
-    DeliverResponse, LookupRequest, LookupResponse, RegisterRequest, RegisterResponse,
-    UnregisterRequest, UnregisterResponse, deliver_response::Outcome,
+    DeliverResponse, ListEntriesRequest, ListEntriesResponse, LookupRequest, LookupResponse,
+    RegisterRequest, RegisterResponse, UnregisterRequest, UnregisterResponse,
+    deliver_response::Outcome,
 };
 use std::future::Future;
 use std::pin::Pin;
@@ -50,6 +51,12 @@ pub trait DirectoryHandler: Send + Sync + 'static {
     ) -> Result<UnregisterResponse, ActorError>;
     /// `Collect` from `peer`.
     fn collect(&self, peer: &str, req: CollectRequest) -> Result<CollectResponse, ActorError>;
+    /// `ListEntries` from `peer` (read-only: actor enumeration).
+    fn list_entries(
+        &self,
+        peer: &str,
+        req: ListEntriesRequest,
+    ) -> Result<ListEntriesResponse, ActorError>;
 }
 
 /// Limits and timeouts of the mesh server.
@@ -330,6 +337,17 @@ impl v1::mesh_server::Mesh for MeshService {
         let peer = peer_of(&request)?;
         self.directory
             .collect(&peer, request.into_inner())
+            .map(tonic::Response::new)
+            .map_err(|e| e.to_status())
+    }
+
+    async fn list_entries(
+        &self,
+        request: tonic::Request<ListEntriesRequest>,
+    ) -> Result<tonic::Response<ListEntriesResponse>, tonic::Status> {
+        let peer = peer_of(&request)?;
+        self.directory
+            .list_entries(&peer, request.into_inner())
             .map(tonic::Response::new)
             .map_err(|e| e.to_status())
     }

@@ -8,6 +8,7 @@
 //! * [`router`]: the routing loop that retries exactly `unreachable`, `wrong-host` and
 //!   `unplaceable` — the three answers that prove a call never ran — and the inbound side.
 
+pub mod locator;
 pub mod policy;
 pub mod router;
 pub mod routes;

@@ -30,22 +30,7 @@ const UNREACHABLE_WAIT_MIN: Duration = Duration::from_millis(25);
 /// The longest such pause.
 const UNREACHABLE_WAIT_MAX: Duration = Duration::from_millis(400);
 
-/// Where the directory says an actor lives.
-#[async_trait]
-pub trait Locator: Send + Sync + 'static {
-    /// The host holding `actor`'s activation according to its partition owner, or `None` when
-    /// it is not registered. Internal directory answers are retried inside `deadline`.
-    async fn locate(
-        &self,
-        actor: &ActorId,
-        deadline: Instant,
-    ) -> Result<Option<String>, ActorError>;
-
-    /// Counters to report in `Status`, by stable name.
-    fn counters(&self) -> Vec<(String, u64)> {
-        Vec::new()
-    }
-}
+pub use super::locator::Locator;
 
 /// Counters of the routing loop.
 #[derive(Debug, Default)]
@@ -490,6 +475,41 @@ impl Dispatcher for Router {
             )
             .await
             .map_err(MeshCallError::into_actor_error)
+    }
+
+    async fn locate(
+        &self,
+        actor: ActorId,
+        deadline: Instant,
+    ) -> Result<v1::LocateResponse, ActorError> {
+        crate::app::refuse_worker(self.runtime.registers(&actor.actor_type), &actor)?;
+        let Some(at) = self.locator.where_is(&actor, deadline).await? else {
+            return Ok(v1::LocateResponse::default());
+        };
+        // The epoch is known only where the activation runs.
+        let epoch = if at.host == *self.me {
+            crate::app::local_epoch(&self.runtime, &actor, &at.activation_id)
+        } else {
+            0
+        };
+        Ok(v1::LocateResponse {
+            active: true,
+            host_id: at.host,
+            activation_id: at.activation_id,
+            epoch,
+        })
+    }
+
+    async fn list_actors(
+        &self,
+        actor_type: String,
+        page_size: usize,
+        after: Option<v1::ListCursor>,
+        deadline: Instant,
+    ) -> Result<crate::directory::ListPage, ActorError> {
+        self.locator
+            .list(&actor_type, page_size, after, deadline)
+            .await
     }
 
     fn members(&self, req: &v1::MembersRequest) -> v1::MembersResponse {

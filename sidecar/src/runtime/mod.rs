@@ -437,6 +437,17 @@ impl Runtime {
             .contains_key(actor)
     }
 
+    /// The activation id and epoch of `actor`'s activation here, if it has one (the epoch is 0
+    /// until its Activate turn took one from the state store).
+    pub fn activation_of(&self, actor: &ActorId) -> Option<(Arc<str>, u64)> {
+        self.inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .get(actor)
+            .map(|a| (a.activation_id.clone(), a.shared.epoch()))
+    }
+
     /// The activation ids live here, for the directory's Collect answers and tests.
     pub fn live_activations(&self) -> Vec<(ActorId, Arc<str>)> {
         self.inner

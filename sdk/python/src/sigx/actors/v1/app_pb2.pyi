@@ -27,6 +27,70 @@ DEACTIVATE_REASON_SUPERSEDED: DeactivateReason
 MEMBER_STATUS_FILTER_ACTIVE: MemberStatusFilter
 MEMBER_STATUS_FILTER_ANY: MemberStatusFilter
 
+class LocateRequest(_message.Message):
+    __slots__ = ("actor", "timeout_ms")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    timeout_ms: int
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class LocateResponse(_message.Message):
+    __slots__ = ("active", "host_id", "activation_id", "epoch")
+    ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    active: bool
+    host_id: str
+    activation_id: str
+    epoch: int
+    def __init__(self, active: _Optional[bool] = ..., host_id: _Optional[str] = ..., activation_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ListActorsRequest(_message.Message):
+    __slots__ = ("actor_type", "page_size", "page_token", "timeout_ms")
+    ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    actor_type: str
+    page_size: int
+    page_token: str
+    timeout_ms: int
+    def __init__(self, actor_type: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ListActorsResponse(_message.Message):
+    __slots__ = ("actors", "next_page_token", "incomplete", "skipped")
+    ACTORS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    actors: _containers.RepeatedCompositeFieldContainer[ActorLocation]
+    next_page_token: str
+    incomplete: bool
+    skipped: _containers.RepeatedCompositeFieldContainer[SkippedPartitions]
+    def __init__(self, actors: _Optional[_Iterable[_Union[ActorLocation, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., incomplete: _Optional[bool] = ..., skipped: _Optional[_Iterable[_Union[SkippedPartitions, _Mapping]]] = ...) -> None: ...
+
+class ActorLocation(_message.Message):
+    __slots__ = ("actor", "host_id", "activation_id")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    HOST_ID_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    actor: _types_pb2.ActorRef
+    host_id: str
+    activation_id: str
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., host_id: _Optional[str] = ..., activation_id: _Optional[str] = ...) -> None: ...
+
+class SkippedPartitions(_message.Message):
+    __slots__ = ("owner", "reason", "partitions")
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    owner: str
+    reason: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, owner: _Optional[str] = ..., reason: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class SetTimerRequest(_message.Message):
     __slots__ = ("actor", "activation_id", "name", "due_ms", "period_ms", "payload")
     ACTOR_FIELD_NUMBER: _ClassVar[int]

@@ -94,6 +94,16 @@ class ActorHostStub:
                 request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.SerializeToString,
                 response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.FromString,
                 _registered_method=True)
+        self.Locate = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/Locate',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.LocateRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.LocateResponse.FromString,
+                _registered_method=True)
+        self.ListActors = channel.unary_unary(
+                '/sigx.actors.v1.ActorHost/ListActors',
+                request_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsResponse.FromString,
+                _registered_method=True)
 
 
 class ActorHostServicer:
@@ -204,6 +214,31 @@ class ActorHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Locate(self, request, context):
+        """Where an actor is active right now: asks the directory owner of the actor's partition (in a
+        cluster; retrying its internal answers within the timeout, then TIMEOUT), or this host's
+        runtime (a single host, `--membership none`). Activates nothing: an actor nobody called, or
+        one deactivated since, answers `active: false`. Errors: INVALID (a bad actor ref), TIMEOUT,
+        UNREACHABLE (the host is still joining).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListActors(self, request, context):
+        """The live activations of one actor type, fleet-wide, one page at a time. The asked sidecar
+        walks the directory's 4096 partitions in ascending order, asking each partition's owner in
+        its view (each partition once, by its owner, over the mesh), and returns the entries in
+        (partition, key) order: a stable order, whatever the placement. A partition whose owner is
+        recovering (collecting after a view change), refuses (its view differs) or cannot be
+        reached within the timeout is never dropped silently: it is listed in `skipped` and
+        `incomplete` is set. Pages are not a snapshot: an actor activated or deactivated between two
+        pages may be missing or listed, but none is listed twice while it stays where it is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ActorHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -266,6 +301,16 @@ def add_ActorHostServicer_to_server(servicer, server):
                     servicer.ListReminders,
                     request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.FromString,
                     response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.SerializeToString,
+            ),
+            'Locate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Locate,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.LocateRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.LocateResponse.SerializeToString,
+            ),
+            'ListActors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListActors,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -592,6 +637,60 @@ class ActorHost:
             '/sigx.actors.v1.ActorHost/ListReminders',
             sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersRequest.SerializeToString,
             sigx_dot_actors_dot_v1_dot_app__pb2.ListRemindersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Locate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/Locate',
+            sigx_dot_actors_dot_v1_dot_app__pb2.LocateRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.LocateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListActors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.ActorHost/ListActors',
+            sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_app__pb2.ListActorsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -143,3 +143,51 @@ class CollectResponse(_message.Message):
     fingerprint: int
     entries: _containers.RepeatedCompositeFieldContainer[DirectoryEntry]
     def __init__(self, status: _Optional[_Union[DirectoryStatus, str]] = ..., fingerprint: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[DirectoryEntry, _Mapping]]] = ...) -> None: ...
+
+class ListCursor(_message.Message):
+    __slots__ = ("partition", "key")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    key: str
+    def __init__(self, partition: _Optional[int] = ..., key: _Optional[str] = ...) -> None: ...
+
+class ListEntriesRequest(_message.Message):
+    __slots__ = ("actor_type", "partitions", "after", "limit")
+    ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    actor_type: str
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    after: ListCursor
+    limit: int
+    def __init__(self, actor_type: _Optional[str] = ..., partitions: _Optional[_Iterable[int]] = ..., after: _Optional[_Union[ListCursor, _Mapping]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListedEntry(_message.Message):
+    __slots__ = ("partition", "entry")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    entry: DirectoryEntry
+    def __init__(self, partition: _Optional[int] = ..., entry: _Optional[_Union[DirectoryEntry, _Mapping]] = ...) -> None: ...
+
+class UnlistedPartition(_message.Message):
+    __slots__ = ("partition", "status", "owner_hint")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OWNER_HINT_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    status: DirectoryStatus
+    owner_hint: str
+    def __init__(self, partition: _Optional[int] = ..., status: _Optional[_Union[DirectoryStatus, str]] = ..., owner_hint: _Optional[str] = ...) -> None: ...
+
+class ListEntriesResponse(_message.Message):
+    __slots__ = ("entries", "truncated", "unlisted")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    UNLISTED_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[ListedEntry]
+    truncated: bool
+    unlisted: _containers.RepeatedCompositeFieldContainer[UnlistedPartition]
+    def __init__(self, entries: _Optional[_Iterable[_Union[ListedEntry, _Mapping]]] = ..., truncated: _Optional[bool] = ..., unlisted: _Optional[_Iterable[_Union[UnlistedPartition, _Mapping]]] = ...) -> None: ...

@@ -64,6 +64,11 @@ class MeshStub:
                 request_serializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectRequest.SerializeToString,
                 response_deserializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectResponse.FromString,
                 _registered_method=True)
+        self.ListEntries = channel.unary_unary(
+                '/sigx.actors.v1.Mesh/ListEntries',
+                request_serializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesRequest.SerializeToString,
+                response_deserializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesResponse.FromString,
+                _registered_method=True)
 
 
 class MeshServicer:
@@ -116,6 +121,14 @@ class MeshServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListEntries(self, request, context):
+        """Directory: the entries of one actor type in partitions the answering host owns and is ready
+        for (the app API's ListActors walks the owners with it). Read-only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MeshServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +161,11 @@ def add_MeshServicer_to_server(servicer, server):
                     servicer.Collect,
                     request_deserializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectRequest.FromString,
                     response_serializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectResponse.SerializeToString,
+            ),
+            'ListEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEntries,
+                    request_deserializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesRequest.FromString,
+                    response_serializer=sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -312,6 +330,33 @@ class Mesh:
             '/sigx.actors.v1.Mesh/Collect',
             sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectRequest.SerializeToString,
             sigx_dot_actors_dot_v1_dot_mesh__pb2.CollectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sigx.actors.v1.Mesh/ListEntries',
+            sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesRequest.SerializeToString,
+            sigx_dot_actors_dot_v1_dot_mesh__pb2.ListEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
