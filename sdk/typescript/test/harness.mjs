@@ -67,6 +67,25 @@ export function unary(c, method, request, deadlineMs = 15_000) {
 }
 
 /**
+ * Waits until the sidecar at `target` has no app registered: a closed Serve stream detaches on
+ * the sidecar's schedule, so a test that registers right after another one closed its app
+ * would race the detach (and be refused as a second app).
+ */
+export async function untilNoApp(target, withinMs = 5_000) {
+  const until = Date.now() + withinMs;
+  for (;;) {
+    const c = client(target);
+    try {
+      if (!(await unary(c, 'Status', {}, 2_000)).appConnected) return;
+    } finally {
+      c.close();
+    }
+    if (Date.now() > until) throw new Error(`an app is still registered after ${withinMs} ms`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
  * Starts a sigx-sidecar (no membership, insecure) in a fresh directory (or on `socket`), with
  * `env` added (e.g. a state store); resolves once it answers Status.
  */

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { TYPE_URL, client, richError, serveCounter, startSidecar, stopSidecar, unary } from './harness.mjs';
+import { TYPE_URL, client, richError, serveCounter, startSidecar, stopSidecar, unary, untilNoApp } from './harness.mjs';
 
 let sidecar;
 before(async () => {
@@ -23,6 +23,7 @@ const callCounter = async (key, method, actorType = 'Counter') => {
 };
 
 test('a Node.js app serves turns and a Node.js client calls it', async () => {
+  await untilNoApp(sidecar.target);
   const app = serveCounter(sidecar.target);
   try {
     const registered = await app.ready;
@@ -71,6 +72,7 @@ test('a Node.js app serves turns and a Node.js client calls it', async () => {
 });
 
 test('SIGTERM ends the Serve stream with OK after deactivating', async () => {
+  await untilNoApp(sidecar.target);
   const app = serveCounter(sidecar.target);
   await app.ready;
   assert.equal(await callCounter('z', 'incr'), '1');
