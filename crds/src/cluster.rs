@@ -97,6 +97,13 @@ pub struct ActorClusterSpec {
     /// How a host is chosen for an actor that is not active anywhere.
     #[serde(default)]
     pub placement: PlacementPolicy,
+    /// Per-type placement, overriding `placement` for the types named (e.g. `least-loaded`
+    /// for a type whose activations are heavy, `prefer-local` for one called mostly by its
+    /// own host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub placement_by_type: Vec<TypePlacement>,
     /// Where actors' durable state lives; absent: in each sidecar's memory (single host only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::StateSpec>,
@@ -308,6 +315,16 @@ impl Default for CallSpec {
     }
 }
 
+/// One type's placement policy (`spec.placementByType[]`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TypePlacement {
+    /// The actor type.
+    #[serde(rename = "type")]
+    pub actor_type: crate::common::TypeName,
+    /// Its policy.
+    pub policy: PlacementPolicy,
+}
+
 /// Placement policy for actors that are not active anywhere (DESIGN.md §5).
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -317,6 +334,9 @@ pub enum PlacementPolicy {
     Random,
     /// The calling host when it is eligible, else any eligible host.
     PreferLocal,
+    /// The less loaded of two random eligible hosts, by the activation counts hosts publish on
+    /// their renewals.
+    LeastLoaded,
 }
 
 impl PlacementPolicy {
@@ -325,6 +345,7 @@ impl PlacementPolicy {
         match self {
             Self::Random => "random",
             Self::PreferLocal => "prefer-local",
+            Self::LeastLoaded => "least-loaded",
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod state;
 pub use cluster::{
     ActorCluster, ActorClusterSpec, ActorClusterStatus, AuthSpec, CallSpec, HostCounts,
     ImagePullPolicy, MembershipSpec, MtlsSpec, NodeCount, PlacementPolicy, RoleSummary,
-    SecretKeyRef, SidecarSpec,
+    SecretKeyRef, SidecarSpec, TypePlacement,
 };
 pub use common::{TypeName, TypeNameError, condition_types, labels};
 pub use role::{

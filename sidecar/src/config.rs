@@ -28,6 +28,8 @@ pub enum PlacementPolicy {
     Random,
     /// This host when it is eligible, otherwise random.
     PreferLocal,
+    /// The less loaded of two random eligible hosts, by the loads their records publish.
+    LeastLoaded,
 }
 
 /// Raw flags and environment, as the user wrote them.
@@ -160,6 +162,16 @@ pub struct Args {
     /// Placement policy for new activations.
     #[arg(long, env = "SIGX_PLACEMENT", value_enum, default_value = "random")]
     pub placement: PlacementPolicy,
+
+    /// Per-type placement policies, `Type=policy` comma-separated (`Counter=least-loaded`),
+    /// overriding --placement for the types named. Give every host of a cluster the same: the
+    /// caller's host decides where a new activation goes.
+    #[arg(
+        long = "placement-type",
+        env = "SIGX_PLACEMENT_TYPES",
+        value_delimiter = ','
+    )]
+    pub placement_types: Vec<String>,
 
     /// A turn running longer than this logs a warning naming the actor and method.
     #[arg(long, env = "SIGX_SLOW_TURN_MS", default_value_t = 5_000)]
@@ -302,6 +314,8 @@ pub struct Config {
     pub retries: u32,
     pub max_payload_bytes: usize,
     pub placement: PlacementPolicy,
+    /// Per-type placement policies (`--placement-type`).
+    pub placement_types: std::collections::BTreeMap<String, PlacementPolicy>,
     pub slow_turn: Duration,
     pub drain_timeout: Duration,
     pub exit_on_fence: bool,
@@ -373,6 +387,42 @@ impl std::fmt::Debug for Config {
             .field("state", &self.state)
             .finish_non_exhaustive()
     }
+}
+
+/// `--placement-type` entries (`Type=policy`) into a map; a malformed entry, an invalid type
+/// name, an unknown policy or a type named twice is an error naming it.
+fn parse_type_policies(
+    entries: &[String],
+) -> Result<std::collections::BTreeMap<String, PlacementPolicy>, ConfigError> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let invalid = |reason: String| ConfigError::Invalid {
+            name: "SIGX_PLACEMENT_TYPES",
+            value: entry.to_string(),
+            what: "per-type placement (Type=policy)",
+            reason,
+        };
+        let Some((ty, policy)) = entry.split_once('=') else {
+            return Err(invalid(
+                "write Type=policy, e.g. Counter=least-loaded".into(),
+            ));
+        };
+        let (ty, policy) = (ty.trim(), policy.trim());
+        if !crate::runtime::registry::valid_type_name(ty) {
+            return Err(invalid(format!(
+                "{ty:?} is not a type name: use a letter, then letters, digits, '_', '.' or '-'"
+            )));
+        }
+        let policy = PlacementPolicy::from_str(policy, true).map_err(|_| {
+            invalid(format!(
+                "{policy:?} is not a policy: use random, prefer-local or least-loaded"
+            ))
+        })?;
+        if out.insert(ty.to_string(), policy).is_some() {
+            return Err(invalid(format!("{ty} is named twice")));
+        }
+    }
+    Ok(out)
 }
 
 fn parse_addr(name: &'static str, value: &str) -> Result<SocketAddr, ConfigError> {
@@ -596,6 +646,7 @@ impl Args {
             out.dedup();
             Ok(out)
         };
+        let placement_types = parse_type_policies(&self.placement_types)?;
         let declared_types = if self.actors.is_some() || self.workers.is_some() {
             Some((
                 split("SIGX_ACTORS", &self.actors)?,
@@ -632,6 +683,7 @@ impl Args {
             retries: self.retries,
             max_payload_bytes: max_payload as usize,
             placement: self.placement,
+            placement_types,
             slow_turn: Duration::from_millis(self.slow_turn_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             exit_on_fence: self.exit_on_fence,

@@ -271,3 +271,34 @@ fn a_blank_drain_token_leaves_drain_off() {
         Some("t")
     );
 }
+
+#[test]
+fn per_type_placement_policies_parse_and_bad_entries_are_named() {
+    let cfg = args(&[
+        "--placement",
+        "prefer-local",
+        "--placement-type",
+        "Counter=least-loaded, Relay=random",
+    ])
+    .validate()
+    .unwrap();
+    assert_eq!(cfg.placement, PlacementPolicy::PreferLocal);
+    assert_eq!(
+        cfg.placement_types.into_iter().collect::<Vec<_>>(),
+        vec![
+            ("Counter".to_string(), PlacementPolicy::LeastLoaded),
+            ("Relay".to_string(), PlacementPolicy::Random)
+        ]
+    );
+    for (bad, says) in [
+        ("Counter", "write Type=policy"),
+        ("Counter=fastest", "\"fastest\" is not a policy"),
+        ("9lives=random", "\"9lives\" is not a type name"),
+        ("A=random,A=least-loaded", "A is named twice"),
+    ] {
+        let err = args(&["--placement-type", bad]).validate().unwrap_err();
+        let text = err.to_string();
+        assert!(text.starts_with("SIGX_PLACEMENT_TYPES="), "{text}");
+        assert!(text.contains(says), "{bad}: {text}");
+    }
+}

@@ -146,10 +146,19 @@ fn sidecar_env_carries_the_cluster_spec() {
         "membership": {"heartbeatSeconds": 2, "ttlSeconds": 7},
         "meshPort": 7400,
         "calls": {"timeoutSeconds": 12, "retries": 5},
-        "placement": "prefer-local"
+        "placement": "prefer-local",
+        "placementByType": [
+            {"type": "Counter", "policy": "least-loaded"},
+            {"type": "Relay", "policy": "random"}
+        ]
     }));
     let d = deployment(&cluster, &fixtures::engine_role()).unwrap();
     let s = the_sidecar(&d);
+    assert_eq!(
+        env_value(s, "SIGX_PLACEMENT_TYPES"),
+        Some("Counter=least-loaded,Relay=random"),
+        "per-type placement in the sidecar's --placement-type syntax"
+    );
     let expect = [
         ("SIGX_MEMBERSHIP", "kubernetes"),
         ("SIGX_CLUSTER", "demo"),
@@ -528,4 +537,11 @@ fn mismatches_and_collisions_are_refused_with_a_reason() {
             ..
         }
     ));
+}
+
+#[test]
+fn no_per_type_placement_renders_no_variable() {
+    let cluster = fixtures::cluster(json!({"sidecar": {"image": "s:1"}}));
+    let d = deployment(&cluster, &fixtures::engine_role()).unwrap();
+    assert_eq!(env_value(the_sidecar(&d), "SIGX_PLACEMENT_TYPES"), None);
 }

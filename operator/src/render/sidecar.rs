@@ -70,6 +70,14 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
     ];
     // Only when set: an older sidecar ignores unknown variables, and the sidecar's own default
     // applies otherwise.
+    if !spec.placement_by_type.is_empty() {
+        let types: Vec<String> = spec
+            .placement_by_type
+            .iter()
+            .map(|t| format!("{}={}", t.actor_type, t.policy.as_str()))
+            .collect();
+        env.push(plain_env("SIGX_PLACEMENT_TYPES", &types.join(",")));
+    }
     if let Some(coalesce) = spec.membership.coalesce_ms {
         env.push(plain_env(
             "SIGX_MEMBERSHIP_COALESCE_MS",

@@ -340,6 +340,18 @@ pub(crate) async fn bring_up(b: BringUp) {
         }
     };
 
+    // Our load rides on our renewals (membership/load.rs), for peers' `least-loaded` placement.
+    {
+        let runtime = runtime.clone();
+        membership.set_load_source(Arc::new(move || crate::membership::LoadSample {
+            activations: runtime.activation_count() as u64,
+            turns_total: runtime
+                .counters()
+                .turns
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }));
+    }
+
     // 3. The directory, fed by the membership views in order.
     let (views, feed) = directory_views(&membership);
     let auth = match &cfg.secret {
@@ -386,6 +398,11 @@ pub(crate) async fn bring_up(b: BringUp) {
         RouterConfig {
             retries: cfg.retries,
             policy: cfg.placement.into(),
+            type_policies: cfg
+                .placement_types
+                .iter()
+                .map(|(ty, p)| (ty.clone(), (*p).into()))
+                .collect(),
             ..RouterConfig::default()
         },
         membership.clone(),

@@ -103,6 +103,25 @@ pub struct HostDescriptor {
     /// (DESIGN.md §4, Rule 2: the A-B-A case).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub active_epoch: u64,
+    /// How busy the host is, for the `least-loaded` placement policy; absent until its first
+    /// renewal after the join, and on older hosts. Not part of membership: observers keep it
+    /// beside the view ([`super::load::LoadBoard`]), so a load change rebuilds no view.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<HostLoad>,
+}
+
+/// What a host publishes about its load (JSON `{"activations":…,"turnsPerSec":…}`).
+///
+/// Published on the renewals the host writes anyway, and changed only when it moved materially
+/// ([`super::load::LoadPublisher`]): never an extra store write, rarely a new record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostLoad {
+    /// Activations live on the host.
+    pub activations: u64,
+    /// Turns per second over the last sampling interval.
+    #[serde(default)]
+    pub turns_per_sec: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -126,6 +145,7 @@ impl HostDescriptor {
             status: HostStatus::Joining,
             started_at_unix_ms: 0,
             active_epoch: 0,
+            load: None,
         }
         .normalized()
     }
@@ -160,6 +180,30 @@ impl HostDescriptor {
             (Some(_), Some(stateful)) => !stateful.is_empty(),
             (Some(_), None) => true,
         }
+    }
+
+    /// Equal in everything membership cares about: all but [`HostDescriptor::load`]. A record
+    /// whose only change is its load is a renewal, not a membership change.
+    pub fn same_membership(&self, other: &HostDescriptor) -> bool {
+        let HostDescriptor {
+            id,
+            advertise,
+            types,
+            stateful_types,
+            meta,
+            status,
+            started_at_unix_ms,
+            active_epoch,
+            load: _,
+        } = self;
+        *id == other.id
+            && *advertise == other.advertise
+            && *types == other.types
+            && *stateful_types == other.stateful_types
+            && *meta == other.meta
+            && *status == other.status
+            && *started_at_unix_ms == other.started_at_unix_ms
+            && *active_epoch == other.active_epoch
     }
 
     /// The `node` meta entry, if the host reported one.
@@ -202,6 +246,7 @@ impl HostDescriptor {
             started_at_unix_ms: p.started_at_unix_ms,
             // Not in the protobuf form (status displays only): membership reads the JSON form.
             active_epoch: 0,
+            load: None,
         }
         .normalized())
     }
@@ -265,6 +310,28 @@ mod tests {
             HostDescriptor::from_proto(&none.to_proto()).unwrap().types,
             None
         );
+    }
+
+    #[test]
+    fn load_round_trips_in_json_and_is_not_membership() {
+        let mut d = desc(Some(&["A"]), Some(&["A"]));
+        let plain = d.to_json();
+        assert!(!plain.contains("load"), "absent load stays absent: {plain}");
+        d.load = Some(HostLoad {
+            activations: 12,
+            turns_per_sec: 40,
+        });
+        let json = d.to_json();
+        assert!(
+            json.contains(r#""load":{"activations":12,"turnsPerSec":40}"#),
+            "{json}"
+        );
+        assert_eq!(HostDescriptor::from_json(&json).unwrap(), d);
+        let mut other = d.clone();
+        other.load = None;
+        assert!(d.same_membership(&other), "only the load differs");
+        other.status = HostStatus::Leaving;
+        assert!(!d.same_membership(&other));
     }
 
     #[test]

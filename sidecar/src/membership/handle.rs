@@ -9,6 +9,7 @@ use super::coalesce::{ReadFn, RefreshCoalescer};
 use super::config::{DeletionCheck, ExpiryCheck, MembershipConfig, SelfFence};
 use super::descriptor::{HostDescriptor, HostStatus};
 use super::heartbeat::{FenceReason, HeartbeatClock, LostCause};
+use super::load::{LoadBoard, LoadPolicy, LoadPublisher, LoadSource};
 use super::provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
 };
@@ -207,6 +208,10 @@ struct Inner {
     /// This host has asked to be `active` before (the next time is a new active epoch).
     was_active: std::sync::atomic::AtomicBool,
     withdraw_hold: OnceLock<WithdrawHold>,
+    /// Decides when our record's load changes (sampled at each of our writes).
+    load_publisher: Mutex<LoadPublisher>,
+    /// The peers' loads as their records say, beside the view (not in it).
+    loads: Arc<LoadBoard>,
 }
 
 /// Aborts the background tasks when the last handle is dropped.
@@ -296,6 +301,8 @@ pub async fn start(
         relist: std::sync::atomic::AtomicBool::new(false),
         was_active: std::sync::atomic::AtomicBool::new(false),
         withdraw_hold: OnceLock::new(),
+        load_publisher: Mutex::new(LoadPublisher::new(LoadPolicy::default())),
+        loads: Arc::new(LoadBoard::default()),
         cfg,
         clock,
         provider,
@@ -412,7 +419,19 @@ impl Inner {
             // The rejoin publishes the desired descriptor.
             Phase::Lapsed => return Ok(()),
         }
-        let descriptor = self.desired.lock().expect("desired lock").clone();
+        let descriptor = {
+            let mut desired = self.desired.lock().expect("desired lock");
+            // Load rides on this write, changed only when it moved materially (load.rs).
+            let load = self
+                .load_publisher
+                .lock()
+                .expect("load publisher lock")
+                .next(Instant::now());
+            if let Some(load) = load {
+                desired.load = Some(load);
+            }
+            desired.clone()
+        };
         self.hb.beat();
         let timeout = self.cfg.write_timeout();
         let result = tokio::time::timeout(timeout, self.provider.renew(&descriptor)).await;
@@ -516,6 +535,7 @@ impl Inner {
                     .collect();
                 let mut next = BTreeMap::new();
                 for record in records {
+                    self.loads.observe(&record.descriptor);
                     let tracked = match old.remove(record.id()) {
                         // A snapshot at or after our position: the same record carries on, and
                         // so does what we judged of it (a confirmed departure the snapshot
@@ -541,10 +561,10 @@ impl Inner {
                     }
                 }
                 changed = before.len() != next.len()
-                    || before
-                        .iter()
-                        .zip(next.iter())
-                        .any(|((a, da), (b, tb))| a != b || *da != tb.record.descriptor);
+                    || before.iter().zip(next.iter()).any(|((a, da), (b, tb))| {
+                        a != b || !da.same_membership(&tb.record.descriptor)
+                    });
+                self.loads.retain(|id| next.contains_key(id));
                 obs.records = next;
                 obs.tombstones.clear();
             }
@@ -585,9 +605,11 @@ impl Inner {
                     }
                     obs.tombstones.remove(&id);
                 }
+                self.loads.observe(&record.descriptor);
                 match obs.records.get_mut(&id) {
                     Some(t) => {
-                        let changed = t.record.descriptor != record.descriptor;
+                        // A record whose only change is its load is a renewal: no new view.
+                        let changed = !t.record.descriptor.same_membership(&record.descriptor);
                         t.follow(record, now);
                         changed
                     }
@@ -627,6 +649,7 @@ impl Inner {
                     t.deleted = Some(version);
                     return false;
                 }
+                self.loads.remove(&id);
                 obs.records.remove(&id).is_some()
             }
         }
@@ -639,7 +662,12 @@ impl Inner {
         let hosts = obs
             .records
             .values()
-            .map(|t| t.record.descriptor.clone())
+            .map(|t| HostDescriptor {
+                // Loads live on the board, which is always newer: a view does not show a
+                // stale copy.
+                load: None,
+                ..t.record.descriptor.clone()
+            })
             .collect();
         let view = Arc::new(MembershipView::new(obs.version, hosts));
         self.view_tx.send_replace(view.clone());
@@ -1045,6 +1073,21 @@ impl MembershipHandle {
     /// Whether this host registers a stateful type (and so fences instead of rejoining).
     pub fn is_stateful(&self) -> bool {
         self.inner.stateful
+    }
+
+    /// Where this host's load is sampled at each of its lease writes (the runtime's activation
+    /// and turn counts, in production); until set, the record carries no load.
+    pub fn set_load_source(&self, source: LoadSource) {
+        self.inner
+            .load_publisher
+            .lock()
+            .expect("load publisher lock")
+            .set_source(source);
+    }
+
+    /// The peers' loads, as their records last said, for the `least-loaded` placement policy.
+    pub fn loads(&self) -> Arc<LoadBoard> {
+        self.inner.loads.clone()
     }
 
     /// The descriptor this host publishes (with the status it wants).

@@ -42,6 +42,7 @@ pub mod handle;
 pub mod heartbeat;
 pub mod held_identity;
 pub mod kubernetes;
+pub mod load;
 pub mod memory;
 pub mod provider;
 pub mod sqlite;
@@ -51,10 +52,11 @@ pub use coalesce::RefreshCoalescer;
 pub use config::{
     DeletionCheck, ExpiryCheck, MembershipConfig, MembershipConfigError, SelfFence, validate_timing,
 };
-pub use descriptor::{DescriptorError, HostDescriptor, HostStatus};
+pub use descriptor::{DescriptorError, HostDescriptor, HostLoad, HostStatus};
 pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};
 pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
 pub use kubernetes::{KubernetesConfigError, KubernetesOptions, KubernetesProvider};
+pub use load::{LoadBoard, LoadPolicy, LoadPublisher, LoadSample, LoadSource};
 pub use memory::{MemoryHub, MemoryProvider};
 pub use provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,

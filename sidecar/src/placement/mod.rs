@@ -2,7 +2,8 @@
 //! hosts that register the actor's type — at every decision point: the policy's input, cached
 //! routes, and directory answers are all filtered by the same [`eligible`] rule.
 //!
-//! * [`policy`]: `random` (default) and `prefer-local`.
+//! * [`policy`]: `random` (default), `prefer-local` and `least-loaded` (per cluster, and per
+//!   type with [`RouterConfig::type_policies`]).
 //! * [`routes`]: the route cache, keyed on the view `Arc` (always right: a new view is a new
 //!   cache).
 //! * [`router`]: the routing loop that retries exactly `unreachable`, `wrong-host` and
@@ -56,20 +57,21 @@ pub fn choose<'v>(
     actor_type: &str,
     self_id: &str,
 ) -> Result<&'v HostDescriptor, ActorError> {
-    choose_with(policy, view, actor_type, self_id, None)
+    choose_with(policy, view, actor_type, self_id, None, None)
 }
 
-/// [`choose`] drawing the policy's randomness from `rng` when given.
+/// [`choose`] drawing the policy's randomness from `rng` when given, and loads from `loads`.
 pub fn choose_with<'v>(
     policy: Policy,
     view: &'v MembershipView,
     actor_type: &str,
     self_id: &str,
     rng: Option<&PlacementRng>,
+    loads: Option<&crate::membership::LoadBoard>,
 ) -> Result<&'v HostDescriptor, ActorError> {
     let candidates = eligible(view, actor_type);
     policy
-        .pick_with(&candidates, self_id, rng)
+        .pick_with(&candidates, self_id, rng, loads)
         .ok_or_else(|| unplaceable(view, actor_type))
 }
 

@@ -10,7 +10,7 @@
 use super::{PlacementRng, Policy, RouteCache, choose_with, eligible, is_eligible};
 use crate::app::Dispatcher;
 use crate::health::HostState;
-use crate::membership::{MemberFilter, MembershipHandle, MembershipView};
+use crate::membership::{LoadBoard, MemberFilter, MembershipHandle, MembershipView};
 use crate::mesh::{DeliverHandler, MeshCallError, MeshClient, PeerAddr};
 use crate::runtime::{ActorId, Runtime};
 use async_trait::async_trait;
@@ -68,6 +68,8 @@ pub struct RouterConfig {
     pub retries: u32,
     /// Where new activations go.
     pub policy: Policy,
+    /// Per-type policies, overriding `policy` for the types they name.
+    pub type_policies: BTreeMap<String, Policy>,
     /// Pause before a retry, multiplied by the attempt number.
     pub backoff: Duration,
     /// The policy's randomness; `None` = the thread RNG. The simulator seeds it.
@@ -79,6 +81,7 @@ impl Default for RouterConfig {
         RouterConfig {
             retries: 3,
             policy: Policy::Random,
+            type_policies: BTreeMap::new(),
             backoff: Duration::from_millis(10),
             rng: None,
         }
@@ -96,6 +99,7 @@ pub struct Router {
     state: Arc<HostState>,
     routes: RouteCache,
     counters: RouterCounters,
+    loads: Arc<LoadBoard>,
 }
 
 /// Where one attempt goes. Borrows the peer's id and address from the view the attempt was
@@ -124,6 +128,7 @@ impl Router {
     ) -> Self {
         Router {
             me: membership.self_id().into(),
+            loads: membership.loads(),
             cfg,
             membership,
             runtime,
@@ -183,12 +188,7 @@ impl Router {
             if self.runtime.registers(ty) == Some(false) {
                 return Ok((self.me.to_string(), Found::Decided));
             }
-            return Ok((
-                choose_with(self.cfg.policy, view, ty, &self.me, self.cfg.rng.as_ref())?
-                    .id
-                    .clone(),
-                Found::Decided,
-            ));
+            return Ok((self.place(view, ty)?.id.clone(), Found::Decided));
         }
         if let Some(h) = hint
             && view.get(&h).is_some_and(|d| d.registers(ty))
@@ -209,12 +209,29 @@ impl Router {
                 return Ok((h, Found::Decided));
             }
         }
-        Ok((
-            choose_with(self.cfg.policy, &now, ty, &self.me, self.cfg.rng.as_ref())?
-                .id
-                .clone(),
-            Found::Decided,
-        ))
+        Ok((self.place(&now, ty)?.id.clone(), Found::Decided))
+    }
+
+    /// A host for a new activation of `ty`, by the type's policy.
+    fn place<'v>(
+        &self,
+        view: &'v MembershipView,
+        ty: &str,
+    ) -> Result<&'v crate::membership::HostDescriptor, ActorError> {
+        let policy = self
+            .cfg
+            .type_policies
+            .get(ty)
+            .copied()
+            .unwrap_or(self.cfg.policy);
+        choose_with(
+            policy,
+            view,
+            ty,
+            &self.me,
+            self.cfg.rng.as_ref(),
+            Some(&self.loads),
+        )
     }
 
     async fn attempt(

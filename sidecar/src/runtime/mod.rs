@@ -448,6 +448,15 @@ impl Runtime {
             .map(|a| (a.activation_id.clone(), a.shared.epoch()))
     }
 
+    /// How many activations live here (the load a host publishes).
+    pub fn activation_count(&self) -> usize {
+        self.inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .len()
+    }
+
     /// The activation ids live here, for the directory's Collect answers and tests.
     pub fn live_activations(&self) -> Vec<(ActorId, Arc<str>)> {
         self.inner

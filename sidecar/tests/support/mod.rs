@@ -525,7 +525,20 @@ pub async fn cluster_node(
     workers: &[&str],
     behaviours: HashMap<String, Behaviour>,
 ) -> Node {
-    let mut cfg = cluster_host_config(dir, id, &[]);
+    cluster_node_with(dir, hub, id, actors, workers, behaviours, &[]).await
+}
+
+/// [`cluster_node`] with extra sidecar flags (`--placement least-loaded`, ...).
+pub async fn cluster_node_with(
+    dir: &std::path::Path,
+    hub: &sigx_sidecar::membership::MemoryHub,
+    id: &str,
+    actors: &[&str],
+    workers: &[&str],
+    behaviours: HashMap<String, Behaviour>,
+    extra: &[&str],
+) -> Node {
+    let mut cfg = cluster_host_config(dir, id, extra);
     // These tests are about routing and the directory, not failover: a TTL of 600 ms fenced
     // hosts when a loaded CI machine starved a heartbeat, and the calls then failed.
     cfg.beat = Duration::from_millis(250);
