@@ -173,6 +173,16 @@ pub struct Args {
     )]
     pub placement_types: Vec<String>,
 
+    /// Rebalancing: a host far above its peers' mean activations hands idle ones away (their
+    /// next call places them anew). `--rebalance false` keeps activations where they were
+    /// placed until they go idle.
+    #[arg(long, env = "SIGX_REBALANCE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub rebalance: bool,
+
+    /// Rebalancing moves only activations whose last turn ended at least this long ago.
+    #[arg(long, env = "SIGX_REBALANCE_MIN_IDLE_MS", default_value_t = 250)]
+    pub rebalance_min_idle_ms: u64,
+
     /// A turn running longer than this logs a warning naming the actor and method.
     #[arg(long, env = "SIGX_SLOW_TURN_MS", default_value_t = 5_000)]
     pub slow_turn_ms: u64,
@@ -316,6 +326,8 @@ pub struct Config {
     pub placement: PlacementPolicy,
     /// Per-type placement policies (`--placement-type`).
     pub placement_types: std::collections::BTreeMap<String, PlacementPolicy>,
+    /// Rebalancing (its period follows the beat).
+    pub rebalance: crate::placement::rebalance::RebalanceConfig,
     pub slow_turn: Duration,
     pub drain_timeout: Duration,
     pub exit_on_fence: bool,
@@ -684,6 +696,13 @@ impl Args {
             max_payload_bytes: max_payload as usize,
             placement: self.placement,
             placement_types,
+            rebalance: crate::placement::rebalance::RebalanceConfig {
+                enabled: self.rebalance,
+                min_idle: Duration::from_millis(self.rebalance_min_idle_ms),
+                ..crate::placement::rebalance::RebalanceConfig::for_beat(Duration::from_millis(
+                    beat_ms,
+                ))
+            },
             slow_turn: Duration::from_millis(self.slow_turn_ms),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             exit_on_fence: self.exit_on_fence,

@@ -411,11 +411,22 @@ pub(crate) async fn bring_up(b: BringUp) {
         Arc::new(DirectoryLocator(directory.clone())),
         state.clone(),
     ));
+    // Rebalancing, and its redirect of moved actors in front of the directory's claim.
+    let rebalancer = Arc::new(crate::placement::rebalance::Rebalancer::new(
+        cfg.rebalance,
+        membership.clone(),
+        runtime.clone(),
+    ));
     late_gate.set(super::turns::bound_by_lease(
         &runtime,
         &membership,
-        Arc::new(directory.gate()),
+        Arc::new(crate::placement::rebalance::RebalanceGate::new(
+            Arc::new(directory.gate()),
+            rebalancer.clone(),
+        )),
     ));
+    // Ends on its own once the host fences or leaves.
+    drop(rebalancer.spawn());
     late_dispatcher.set(router.clone());
 
     // 4. The mesh server (the listener was bound before the join).

@@ -4,6 +4,7 @@
 //!
 //! * [`policy`]: `random` (default), `prefer-local` and `least-loaded` (per cluster, and per
 //!   type with [`RouterConfig::type_policies`]).
+//! * [`rebalance`]: a host far above its peers' mean hands idle activations away.
 //! * [`routes`]: the route cache, keyed on the view `Arc` (always right: a new view is a new
 //!   cache).
 //! * [`router`]: the routing loop that retries exactly `unreachable`, `wrong-host` and
@@ -11,6 +12,7 @@
 
 pub mod locator;
 pub mod policy;
+pub mod rebalance;
 pub mod router;
 pub mod routes;
 

@@ -50,6 +50,9 @@ pub(crate) struct Shared {
     superseded: watch::Sender<bool>,
     /// The activation's timers: closed (every timer cancelled) when the activation ends.
     pub(crate) timers: Timers,
+    /// Rebalancing asks the activation to leave this host if it is idle at that moment
+    /// ([`super::Runtime::shed`]); a busy one ignores the request.
+    pub(super) shed: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -73,6 +76,19 @@ impl Shared {
     /// keep finding the activation busy at its idle check.
     pub(crate) fn idle_due(&self) -> bool {
         *self.last_turn_end.lock().expect("activation lock") + self.idle_timeout <= Instant::now()
+    }
+
+    /// How long since the last turn ended.
+    pub(crate) fn idle_for(&self) -> std::time::Duration {
+        Instant::now()
+            .saturating_duration_since(*self.last_turn_end.lock().expect("activation lock"))
+    }
+
+    /// Whether no turn runs and no caller waits right now (a hint: the activation's task
+    /// checks again under the table lock before it leaves).
+    pub(crate) fn is_idle_now(&self) -> bool {
+        self.waiting.load(Ordering::SeqCst) == 0
+            && self.turns.available_permits() == self.permits as usize
     }
 
     /// The activation's epoch.
@@ -130,6 +146,7 @@ impl Activation {
             epoch: AtomicU64::new(0),
             superseded: watch::channel(false).0,
             timers: Timers::default(),
+            shed: tokio::sync::Notify::new(),
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
@@ -392,6 +409,24 @@ async fn run(
                     "the app disconnected before this call to {actor} ran: it never ran")));
                 gate.release(&actor, &activation_id).await;
                 return;
+            }
+            _ = shared.shed.notified() => {
+                // Rebalancing: leave exactly as an idle activation does (no turn runs, no
+                // caller waits, under the table lock so none can arrive once removed), or stay.
+                let mut table = rt.inner.activations.lock().expect("activations lock");
+                if shared.waiting.load(Ordering::SeqCst) == 0
+                    && let Ok(all) = shared.turns.try_acquire_many(shared.permits)
+                {
+                    all.forget();
+                    shared.turns.close();
+                    if table.get(&actor).is_some_and(|a| Arc::ptr_eq(&a.activation_id, &activation_id)) {
+                        table.remove(&actor);
+                    }
+                    rt.inner.counters.rebalance_moves.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!("deactivating to rebalance the fleet");
+                    // Handed to another host: a shutdown of this activation, quiesced already.
+                    break v1::DeactivateReason::Shutdown;
+                }
             }
             _ = tokio::time::sleep_until(idle_at) => {
                 // Idle: leave the table only if no turn runs and no caller waits. Callers are

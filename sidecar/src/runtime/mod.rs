@@ -155,6 +155,12 @@ pub struct RuntimeCounters {
     pub timer_failures: AtomicU64,
     /// Ticks of periodic timers skipped because the previous tick was still queued or running.
     pub timer_ticks_skipped: AtomicU64,
+    /// Activations deactivated to rebalance the fleet (their next call places them anew).
+    pub rebalance_moves: AtomicU64,
+    /// Rebalancing rounds that asked at least one activation to move.
+    pub rebalance_rounds: AtomicU64,
+    /// Re-activations of moved actors refused once with `wrong-host` naming a less loaded peer.
+    pub rebalance_redirects: AtomicU64,
     /// The reminder owner's counters (set through this host, delivered by it).
     pub reminders: Arc<crate::reminders::ReminderCounters>,
     /// Latency histograms (calls, turns, state commits, reminder lateness) for `/metrics`.
@@ -186,6 +192,12 @@ impl RuntimeCounters {
             (
                 "timerTicksSkipped".to_string(),
                 g(&self.timer_ticks_skipped),
+            ),
+            ("rebalanceMoves".to_string(), g(&self.rebalance_moves)),
+            ("rebalanceRounds".to_string(), g(&self.rebalance_rounds)),
+            (
+                "rebalanceRedirects".to_string(),
+                g(&self.rebalance_redirects),
             ),
         ])
         .into_iter()
@@ -455,6 +467,31 @@ impl Runtime {
             .lock()
             .expect("activations lock")
             .len()
+    }
+
+    /// Asks up to `n` activations, idle for at least `min_idle` and longest idle first, to leave
+    /// this host (rebalancing): each leaves only if, at that moment, no turn runs and no caller
+    /// waits, exactly as an idle activation does, and its next call places it anew. Returns the
+    /// actors asked (a busy one among them stays).
+    pub fn shed(&self, n: usize, min_idle: std::time::Duration) -> Vec<ActorId> {
+        let mut idle: Vec<(std::time::Duration, ActorId, Arc<activation::Shared>)> = self
+            .inner
+            .activations
+            .lock()
+            .expect("activations lock")
+            .iter()
+            .filter(|(_, a)| !a.is_closed() && a.shared.is_idle_now())
+            .map(|(id, a)| (a.shared.idle_for(), id.clone(), a.shared.clone()))
+            .filter(|(idle_for, _, _)| *idle_for >= min_idle)
+            .collect();
+        idle.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        idle.truncate(n);
+        idle.into_iter()
+            .map(|(_, id, shared)| {
+                shared.shed.notify_one();
+                id
+            })
+            .collect()
     }
 
     /// The activation ids live here, for the directory's Collect answers and tests.
