@@ -104,6 +104,10 @@ pub struct ActorClusterSpec {
     #[schemars(length(max = 64))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub placement_by_type: Vec<TypePlacement>,
+    /// Rebalancing: a host far above its peers' mean activations hands idle ones to less
+    /// loaded hosts (their next call places them anew). On unless set to `false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebalance: Option<bool>,
     /// Where actors' durable state lives; absent: in each sidecar's memory (single host only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::state::StateSpec>,

@@ -77,6 +77,15 @@ fn cases() -> Vec<Case> {
                "workers": workers, "template": template()})
     };
     vec![
+        accept(
+            "least-loaded with per-type policies and rebalancing off",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "placement": "least-loaded", "rebalance": false,
+                       "placementByType": [{"type": "Counter", "policy": "prefer-local"}]}),
+            ),
+        ),
         // --- ActorCluster: membership timing ---
         accept(
             "defaults only (5 s beat, 15 s TTL after defaulting)",

@@ -147,6 +147,7 @@ fn sidecar_env_carries_the_cluster_spec() {
         "meshPort": 7400,
         "calls": {"timeoutSeconds": 12, "retries": 5},
         "placement": "prefer-local",
+        "rebalance": false,
         "placementByType": [
             {"type": "Counter", "policy": "least-loaded"},
             {"type": "Relay", "policy": "random"}
@@ -169,6 +170,7 @@ fn sidecar_env_carries_the_cluster_spec() {
         ("SIGX_CALL_TIMEOUT_MS", "12000"),
         ("SIGX_RETRIES", "5"),
         ("SIGX_PLACEMENT", "prefer-local"),
+        ("SIGX_REBALANCE", "false"),
         ("SIGX_DRAIN_TIMEOUT_MS", "12000"),
     ];
     for (k, v) in expect {
@@ -544,4 +546,9 @@ fn no_per_type_placement_renders_no_variable() {
     let cluster = fixtures::cluster(json!({"sidecar": {"image": "s:1"}}));
     let d = deployment(&cluster, &fixtures::engine_role()).unwrap();
     assert_eq!(env_value(the_sidecar(&d), "SIGX_PLACEMENT_TYPES"), None);
+    assert_eq!(
+        env_value(the_sidecar(&d), "SIGX_REBALANCE"),
+        None,
+        "the sidecar's default (on) applies"
+    );
 }

@@ -78,6 +78,9 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
             .collect();
         env.push(plain_env("SIGX_PLACEMENT_TYPES", &types.join(",")));
     }
+    if let Some(rebalance) = spec.rebalance {
+        env.push(plain_env("SIGX_REBALANCE", &rebalance.to_string()));
+    }
     if let Some(coalesce) = spec.membership.coalesce_ms {
         env.push(plain_env(
             "SIGX_MEMBERSHIP_COALESCE_MS",
