@@ -246,9 +246,10 @@ pub(crate) async fn build_provider(
                 cfg.membership_dsn.clone().unwrap_or_default(),
             );
             // A writer suspended inside a transaction stalls the others' renewals for at most
-            // this long: a small share of the TTL.
+            // this long: a third of the TTL, so the others still renew in time, and long
+            // enough that a busy host's own slow transaction is not cut off.
             o.hold_timeout =
-                (cfg.ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1));
+                (cfg.ttl / 3).clamp(Duration::from_millis(200), Duration::from_secs(5));
             crate::membership::postgres::PostgresProvider::open_as(
                 &o,
                 cfg.host_id.clone(),

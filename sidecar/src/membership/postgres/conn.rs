@@ -27,9 +27,21 @@ pub(super) struct Slot {
     conn: Mutex<Option<Conn>>,
 }
 
-/// A checked-out connection.
+/// A checked-out connection. Dropped before [`Guard::finished`] (the operation's future was
+/// cancelled: a caller's timeout) it closes the connection: a statement may be half-sent or a
+/// `BEGIN` answered with no transaction object to roll it back, and a connection left inside a
+/// transaction would hold its locks until the server's idle timeout ended it.
 pub(super) struct Guard<'a> {
     guard: MutexGuard<'a, Option<Conn>>,
+    finished: bool,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            *self.guard = None;
+        }
+    }
 }
 
 impl Guard<'_> {
@@ -44,6 +56,12 @@ impl Guard<'_> {
             *self.guard = None;
         }
         unavailable(op, schema::describe(&e))
+    }
+
+    /// The operation ran to its end (successfully or with an answer): the connection is in a
+    /// known state.
+    pub fn finished(&mut self) {
+        self.finished = true;
     }
 
     /// Drops the connection (an operation on it timed out: its state is unknown).
@@ -96,7 +114,10 @@ impl Slot {
                 }
             }
         }
-        Ok(Guard { guard })
+        Ok(Guard {
+            guard,
+            finished: false,
+        })
     }
 
     pub async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {

@@ -255,7 +255,9 @@ impl PostgresProvider {
         body: impl AsyncFnOnce(&mut Conn) -> Result<T, tokio_postgres::Error>,
     ) -> Result<T, ProviderError> {
         let mut g = slot.get(op).await?;
-        match tokio::time::timeout(self.opts.op_timeout, body(g.conn())).await {
+        let outcome = tokio::time::timeout(self.opts.op_timeout, body(g.conn())).await;
+        g.finished();
+        match outcome {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(g.fail(op, e)),
             Err(_) => {
