@@ -29,7 +29,11 @@ pub(super) async fn run(weak: Weak<Shared>, config: Config, poll: Duration, op_t
     loop {
         match session(&weak, &config, poll, op_timeout).await {
             Session::Dropped => return,
-            Session::Lost(why) => {
+            Session::Lost(why, listened) => {
+                if listened {
+                    // It worked for a while: a new outage starts from the shortest pause.
+                    backoff = Duration::from_millis(50);
+                }
                 tracing::warn!(
                     reason = %why,
                     "membership notification connection lost; reconnecting (views keep \
@@ -48,8 +52,8 @@ pub(super) async fn run(weak: Weak<Shared>, config: Config, poll: Duration, op_t
 enum Session {
     /// The provider is gone.
     Dropped,
-    /// The connection failed; reconnect.
-    Lost(String),
+    /// The connection failed (after its LISTEN took effect: `true`); reconnect.
+    Lost(String, bool),
 }
 
 /// Aborts the wrapped task when dropped (the connection driver must not outlive its session).
@@ -81,8 +85,8 @@ async fn session(
     let (client, mut connection) =
         match tokio::time::timeout(op_timeout, config.connect(NoTls)).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Session::Lost(super::schema::describe(&e)),
-            Err(_) => return Session::Lost(format!("connect took over {op_timeout:?}")),
+            Ok(Err(e)) => return Session::Lost(super::schema::describe(&e), false),
+            Err(_) => return Session::Lost(format!("connect took over {op_timeout:?}"), false),
         };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<u64>();
     let _driver = AbortOnDrop(tokio::spawn(async move {
@@ -108,13 +112,13 @@ async fn session(
     let listen = client.batch_execute(&sql);
     match tokio::time::timeout(op_timeout, listen).await {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => return Session::Lost(super::schema::describe(&e)),
-        Err(_) => return Session::Lost(format!("LISTEN took over {op_timeout:?}")),
+        Ok(Err(e)) => return Session::Lost(super::schema::describe(&e), false),
+        Err(_) => return Session::Lost(format!("LISTEN took over {op_timeout:?}"), false),
     }
     // Read after LISTEN: whatever committed before it is at or below this head.
     let at = match head(&client, op_timeout).await {
         Ok(at) => at,
-        Err(why) => return Session::Lost(why),
+        Err(why) => return Session::Lost(why, false),
     };
     {
         let Some(shared) = weak.upgrade() else {
@@ -131,11 +135,11 @@ async fn session(
         let seq = tokio::select! {
             m = rx.recv() => match m {
                 Some(seq) => seq,
-                None => return Session::Lost("the connection closed".into()),
+                None => return Session::Lost("the connection closed".into(), true),
             },
             _ = tick.tick() => match head(&client, op_timeout).await {
                 Ok(seq) => seq,
-                Err(why) => return Session::Lost(why),
+                Err(why) => return Session::Lost(why, true),
             },
         };
         let Some(shared) = weak.upgrade() else {
