@@ -91,9 +91,10 @@ async fn rolling_restart_kill_9_and_sigstop_on_postgres_membership_keep_the_ledg
         report.render()
     );
     assert!(report.ledger_problems.is_empty(), "{}", report.render());
-    // Outside the crash window nothing fails. Inside it: a call forwarded to the suspended pod
-    // before it stopped is answered `fenced` when it resumes (its lease lapsed, so no result
-    // of it is reported ok); at most one per caller.
+    // Outside the crash window nothing fails. Inside it: a call already sent through the
+    // suspended pod (its own socket, or forwarded to it) when it stopped is answered `fenced`
+    // when it resumes (its lease lapsed, so nothing of it is reported ok); at most one per
+    // caller. The same calls end "outcome unknown" when the pod is killed instead.
     let fenced = report.failed_by_kind.get("fenced").copied().unwrap_or(0);
     assert_eq!(report.failed(), fenced, "{}", report.render());
     assert!(fenced <= 8, "{}", report.render());
