@@ -32,6 +32,10 @@ pub enum Membership {
     None,
     /// One SQLite file in --dir shared by every host.
     Sqlite,
+    /// One PostgreSQL database (--membership-dsn) shared by every host, as a fleet of VMs or
+    /// bare-metal machines would; actor state goes there too. Rows an earlier run left behind
+    /// lapse after their TTL.
+    Postgres,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +51,8 @@ Your own app:
       (with more hosts than apps they take the apps in turn); --actors / --workers after an
       --app declare its types, as an ActorRole does: they reach its environment as SIGX_ACTORS /
       SIGX_WORKERS and its sidecar accepts a registration of exactly those types
+Machines that share a PostgreSQL database instead of a file (membership and actor state):
+  sigx dev up --hosts 3 --membership postgres --membership-dsn postgres://sigx:PW@db:5432/sigx
 Every app runs through `sh -c` with SIGX_SOCKET (its sidecar's socket) and SIGX_HOST_INDEX in
 its environment; its output is printed prefixed `host-N |` and kept in <dir>/host-N/app.log.
 An app that exits is reported and started again (backoff 0.5 s doubling to 30 s), or with
@@ -86,6 +92,10 @@ pub struct UpArgs {
     /// The membership provider the hosts share.
     #[arg(long, value_enum, default_value = "auto")]
     pub membership: Membership,
+    /// The PostgreSQL connection string for --membership postgres (passed to every sidecar as
+    /// SIGX_MEMBERSHIP_DSN, never on its command line).
+    #[arg(long, env = "SIGX_MEMBERSHIP_DSN", hide_env_values = true)]
+    pub membership_dsn: Option<String>,
     /// Where `sigx-sidecar` and `counter-app` are (default: next to this `sigx` binary; with
     /// --app only the sidecar is needed).
     #[arg(long, env = "SIGX_BIN_DIR")]
@@ -447,6 +457,21 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
                 .into(),
         ));
     }
+    let dsn = match (membership, args.membership_dsn.as_deref()) {
+        (Membership::Postgres, Some(d)) if !d.trim().is_empty() => Some(d.trim().to_string()),
+        (Membership::Postgres, _) => {
+            return Err(UpError::Usage(
+                "--membership postgres needs --membership-dsn (or SIGX_MEMBERSHIP_DSN): the                  connection string of a database every host can reach, e.g.                  postgres://USER:PASSWORD@HOST:5432/DATABASE"
+                    .into(),
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(UpError::Usage(
+                "--membership-dsn only applies to --membership postgres".into(),
+            ));
+        }
+        (_, None) => None,
+    };
     std::fs::create_dir_all(&args.dir).map_err(io_err(format!("create {}", args.dir.display())))?;
     claim_dir(&args.dir)?;
     let secret = write_secret(&args.dir)?;
@@ -491,6 +516,7 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
             .arg("--membership")
             .arg(match membership {
                 Membership::Sqlite => "sqlite",
+                Membership::Postgres => "postgres",
                 _ => "none",
             })
             .arg("--sqlite-path")
@@ -499,6 +525,11 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
             .arg(&secret);
         if let Some(node) = &node {
             cmd.arg("--node").arg(node);
+        }
+        // In the environment, not argv: the DSN holds the password.
+        cmd.env_remove("SIGX_MEMBERSHIP_DSN");
+        if let Some(dsn) = &dsn {
+            cmd.env("SIGX_MEMBERSHIP_DSN", dsn);
         }
         if let Some(beat) = args.beat_ms {
             cmd.arg("--beat-ms").arg(beat.to_string());

@@ -333,6 +333,18 @@ fn types_before_any_app_and_too_few_hosts_are_usage_errors() {
         err.contains("2 --app commands need at least as many hosts"),
         "{err}"
     );
+    // PostgreSQL membership without its database, and a DSN for another provider.
+    let out = run(&["--hosts", "2", "--membership", "postgres"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs --membership-dsn"), "{err}");
+    let out = run(&["--hosts", "2", "--membership-dsn", "host=db"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--membership-dsn only applies to --membership postgres"),
+        "{err}"
+    );
 }
 
 #[test]

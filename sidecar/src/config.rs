@@ -19,6 +19,9 @@ pub enum MembershipKind {
     Sqlite,
     /// One coordination.k8s.io/v1 Lease per host.
     Kubernetes,
+    /// A fleet outside Kubernetes (VMs, bare metal): the hosts share one PostgreSQL database
+    /// (`--membership-dsn`).
+    Postgres,
 }
 
 /// Where new activations go.
@@ -87,6 +90,16 @@ pub struct Args {
     /// The SQLite membership database (provider `sqlite`).
     #[arg(long, env = "SIGX_SQLITE_PATH", default_value = ".sigx/membership.db")]
     pub sqlite_path: PathBuf,
+
+    /// The PostgreSQL membership database (`--membership postgres`), URL or key=value form.
+    /// It holds the password: prefer --membership-dsn-file. Default: the state store's
+    /// --state-dsn, so one database serves both.
+    #[arg(long, env = "SIGX_MEMBERSHIP_DSN", hide_env_values = true)]
+    pub membership_dsn: Option<String>,
+
+    /// A file holding the PostgreSQL membership connection string.
+    #[arg(long, env = "SIGX_MEMBERSHIP_DSN_FILE")]
+    pub membership_dsn_file: Option<PathBuf>,
 
     /// The cluster this host joins.
     #[arg(long, env = "SIGX_CLUSTER", default_value = "default")]
@@ -288,6 +301,8 @@ pub enum ConfigError {
     SqlitePath { path: PathBuf, reason: String },
     #[error(transparent)]
     State(#[from] crate::state::config::StateConfigError),
+    #[error(transparent)]
+    MembershipDsn(#[from] crate::membership::postgres::MembershipDsnError),
 }
 
 /// The validated configuration the host runs with.
@@ -308,6 +323,8 @@ pub struct Config {
     pub incarnation: String,
     pub membership: MembershipKind,
     pub sqlite_path: PathBuf,
+    /// The connection string of `--membership postgres` (holds the password: never printed).
+    pub membership_dsn: Option<String>,
     pub cluster: String,
     pub role: String,
     pub namespace: Option<String>,
@@ -610,10 +627,26 @@ impl Args {
             }
         }
 
+        let membership_dsn = crate::membership::postgres::resolve_dsn(
+            self.membership == MembershipKind::Postgres,
+            self.membership_dsn.as_deref(),
+            self.membership_dsn_file.as_deref(),
+            self.state_dsn.as_deref(),
+            self.state_dsn_file.as_deref(),
+        )?;
+        // A fleet on PostgreSQL membership keeps its state there too unless told otherwise.
+        let state_dsn = match (&membership_dsn, self.state, &self.state_path) {
+            (Some(dsn), None | Some(crate::state::StateKind::Postgres), None)
+                if self.state_dsn.is_none() && self.state_dsn_file.is_none() =>
+            {
+                Some(dsn.as_str())
+            }
+            _ => self.state_dsn.as_deref(),
+        };
         let state = crate::state::config::validate(
             self.state,
             self.state_path.as_deref(),
-            self.state_dsn.as_deref(),
+            state_dsn,
             self.state_dsn_file.as_deref(),
             (self.membership == MembershipKind::Sqlite).then_some(self.sqlite_path.as_path()),
         )?;
@@ -681,6 +714,7 @@ impl Args {
             incarnation: crate::membership::random_incarnation(),
             membership: self.membership,
             sqlite_path: self.sqlite_path,
+            membership_dsn,
             cluster: self.cluster,
             role: self.role,
             namespace: self.namespace,

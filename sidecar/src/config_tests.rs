@@ -302,3 +302,42 @@ fn per_type_placement_policies_parse_and_bad_entries_are_named() {
         assert!(text.contains(says), "{bad}: {text}");
     }
 }
+
+#[test]
+fn postgres_membership_needs_a_dsn_names_the_flag_and_keeps_the_state_there_too() {
+    let pg = |extra: &[&str]| {
+        let mut v = vec!["sigx-sidecar", "--membership", "postgres", "--insecure"];
+        v.extend_from_slice(extra);
+        Args::try_parse_from(v).expect("parse")
+    };
+    let err = pg(&[]).validate().unwrap_err();
+    assert!(matches!(err, ConfigError::MembershipDsn(_)), "{err}");
+    assert!(err.to_string().contains("--membership-dsn"), "{err}");
+    let err = pg(&["--membership-dsn", "postgres://u:pw@h:notaport/d"])
+        .validate()
+        .unwrap_err();
+    assert!(err.to_string().contains("SIGX_MEMBERSHIP_DSN"), "{err}");
+
+    let cfg = pg(&["--membership-dsn", "postgres://u:pw@db:5432/fleet"])
+        .validate()
+        .unwrap();
+    assert_eq!(
+        cfg.membership_dsn.as_deref(),
+        Some("postgres://u:pw@db:5432/fleet")
+    );
+    assert_eq!(cfg.state.kind(), crate::state::StateKind::Postgres);
+    let shown = format!("{cfg:?}");
+    assert!(!shown.contains("u:pw@"), "never the password: {shown}");
+    // The state DSN serves both when only it is given; an explicit state kind is kept.
+    let cfg = pg(&["--state-dsn", "host=state"]).validate().unwrap();
+    assert_eq!(cfg.membership_dsn.as_deref(), Some("host=state"));
+    let cfg = pg(&["--membership-dsn", "host=db", "--state", "memory"])
+        .validate()
+        .unwrap();
+    assert_eq!(cfg.state.kind(), crate::state::StateKind::Memory);
+    // A DSN for another provider is a mistake, named.
+    let err = args(&["--membership-dsn", "host=db"])
+        .validate()
+        .unwrap_err();
+    assert!(err.to_string().contains("--membership-dsn"), "{err}");
+}

@@ -1,5 +1,5 @@
 //! The chaos harness (test-only): a fleet of real `sigx-sidecar` + `counter-app` process pairs on
-//! 127.0.0.x sharing one SQLite membership file, a load generator with a ledger of every call,
+//! 127.0.0.x sharing one SQLite membership file (or one PostgreSQL database), a load generator with a ledger of every call,
 //! and the faults of a real fleet — SIGTERM rolling restarts (each pod replaced by a new
 //! incarnation, like a Deployment rollout with maxSurge 1), kill -9, SIGSTOP/SIGCONT past the
 //! TTL (a VM suspend) — with a report: calls sent, succeeded, failed by kind, outcome-unknown,
@@ -39,6 +39,10 @@ pub struct FleetConfig {
     /// A PostgreSQL connection string for the actor state (and reminders); `None` = the
     /// sidecars' default, one SQLite state file beside the membership file.
     pub state_dsn: Option<String>,
+    /// A PostgreSQL connection string for the membership (`--membership postgres`, a fleet of
+    /// machines); `None` = one SQLite membership file in the fleet's directory. Without
+    /// `state_dsn` the actor state follows it into the same database.
+    pub membership_dsn: Option<String>,
 }
 
 impl Default for FleetConfig {
@@ -50,6 +54,7 @@ impl Default for FleetConfig {
             turn_delay_ms: 0,
             call_timeout_ms: 10_000,
             state_dsn: None,
+            membership_dsn: None,
         }
     }
 }
@@ -199,12 +204,19 @@ impl Fleet {
         if let Some(dsn) = &self.cfg.state_dsn {
             sidecar.args(["--state", "postgres", "--state-dsn", dsn]);
         }
+        sidecar.env_clear();
+        match &self.cfg.membership_dsn {
+            // In the environment, as an operator would pass a secret.
+            Some(dsn) => sidecar
+                .args(["--membership", "postgres"])
+                .env("SIGX_MEMBERSHIP_DSN", dsn),
+            None => sidecar
+                .args(["--membership", "sqlite", "--sqlite-path"])
+                .arg(self.dir.path().join("membership.db")),
+        };
         let sidecar = sidecar
-            .env_clear()
             .env("SIGX_LOG", "info")
-            .args(["--membership", "sqlite", "--host-id", &id])
-            .arg("--sqlite-path")
-            .arg(self.dir.path().join("membership.db"))
+            .args(["--host-id", &id])
             .arg("--secret-file")
             .arg(&self.secret_file)
             .arg("--socket")

@@ -241,6 +241,24 @@ pub(crate) async fn build_provider(
             .map(|p| p as Arc<dyn MembershipProvider>)
             .map_err(|e| e.to_string())
         }
+        MembershipKind::Postgres => {
+            let mut o = crate::membership::postgres::PostgresOptions::new(
+                cfg.membership_dsn.clone().unwrap_or_default(),
+            );
+            // A writer suspended inside a transaction stalls the others' renewals for at most
+            // this long: a third of the TTL, so the others still renew in time, and long
+            // enough that a busy host's own slow transaction is not cut off.
+            o.hold_timeout =
+                (cfg.ttl / 3).clamp(Duration::from_millis(200), Duration::from_secs(5));
+            crate::membership::postgres::PostgresProvider::open_as(
+                &o,
+                cfg.host_id.clone(),
+                &cfg.incarnation,
+            )
+            .await
+            .map(|p| p as Arc<dyn MembershipProvider>)
+            .map_err(|e| e.to_string())
+        }
         MembershipKind::None => Err("no membership provider for --membership none".into()),
     }
 }

@@ -1,7 +1,8 @@
 //! Membership (DESIGN.md §3): which hosts are alive, as immutable views; this host's own lease,
 //! judged by the [`HeartbeatClock`]; fencing of stateful hosts and rejoining of worker-only
-//! ones; and the providers: [`memory`] (tests), [`sqlite`] (the embedded default) and
-//! [`kubernetes`] (one `coordination.k8s.io/v1` Lease per host).
+//! ones; and the providers: [`memory`] (tests), [`sqlite`] (the embedded default, one machine),
+//! [`postgres`] (a fleet of VMs or bare metal) and [`kubernetes`] (one `coordination.k8s.io/v1`
+//! Lease per host).
 //!
 //! The rest of the sidecar holds a [`MembershipHandle`] returned by [`start`].
 //!
@@ -44,6 +45,7 @@ pub mod held_identity;
 pub mod kubernetes;
 pub mod load;
 pub mod memory;
+pub mod postgres;
 pub mod provider;
 pub mod sqlite;
 pub mod view;
@@ -58,6 +60,7 @@ pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
 pub use kubernetes::{KubernetesConfigError, KubernetesOptions, KubernetesProvider};
 pub use load::{LoadBoard, LoadPolicy, LoadPublisher, LoadSample, LoadSource};
 pub use memory::{MemoryHub, MemoryProvider};
+pub use postgres::{PostgresOpenError, PostgresOptions, PostgresProvider};
 pub use provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
     holder_identity, random_incarnation,
