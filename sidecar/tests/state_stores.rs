@@ -302,6 +302,58 @@ async fn the_postgres_store_keeps_the_promises_across_handles_and_reopening() {
     assert_eq!(get(&s, &x, e, "a").await.as_deref(), Some("1"));
 }
 
+/// A read cut off by its timeout while the server held its `BEGIN ... READ ONLY` (a stopped
+/// server that comes back): the server then runs that BEGIN on the connection. Handed to the
+/// next caller, it would run a write inside a read-only transaction ("cannot execute INSERT in
+/// a read-only transaction", seen in a dev-up run's server log). A connection whose BEGIN may
+/// have reached the server counts as inside the transaction, and is closed instead of reused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_cancelled_inside_its_begin_leaves_no_transaction_for_the_next_write() {
+    let server = pg::PgServer::start();
+    let dsn = server.create_database("cancelled").await;
+    let s = PostgresStateStore::open(&dsn).await.unwrap();
+    let a = ActorId::new("Counter", "a");
+    let e = s.next_epoch(&a).await.unwrap();
+    s.commit(&a, e, &[put("n", "1")]).await.unwrap();
+    // The store's server processes, stopped (a stalled backend; the server itself stays up).
+    let (client, conn) = tokio_postgres::connect(&server.dsn("postgres"), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let backends: Vec<i32> = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'sigx-sidecar'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(!backends.is_empty(), "the store holds a connection");
+    let signal = |sig: &str| {
+        for pid in &backends {
+            let ok = std::process::Command::new("kill")
+                .args([sig, &pid.to_string()])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill {sig} {pid}");
+        }
+    };
+    signal("-STOP");
+    let err = s.read(&a, e, &Selection::All).await.unwrap_err();
+    assert!(matches!(err, StateError::Unavailable { .. }), "{err:?}");
+    // Resumed, the backend runs the BEGIN it was sent.
+    signal("-CONT");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The write takes whatever connection the pool hands out next.
+    s.commit(&a, e, &[put("n", "2")])
+        .await
+        .unwrap_or_else(|e| panic!("the write after the cancelled read: {e}"));
+    assert_eq!(get(&s, &a, e, "n").await.as_deref(), Some("2"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_outage_answers_unavailable_and_the_store_recovers_after_it() {
     let server = pg::PgServer::start();

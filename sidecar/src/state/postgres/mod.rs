@@ -110,6 +110,10 @@ impl PostgresStateStore {
             .get()
             .await
             .map_err(|e| self.unavailable("cannot connect to PostgreSQL", &e))?;
+        // Inside the transaction from the moment BEGIN may reach the server: an operation
+        // cancelled (its timeout) while BEGIN was in flight leaves the server to run it later,
+        // and that connection must be closed, not handed to the next caller inside it.
+        c.in_tx = true;
         if let Err(e) = c.client.batch_execute(begin).await {
             if !(c.reused && e.is_closed()) {
                 return Err(self.unavailable("cannot start a transaction", &e));
@@ -119,12 +123,12 @@ impl PostgresStateStore {
                 .replace(&mut c)
                 .await
                 .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))?;
+            c.in_tx = true;
             c.client
                 .batch_execute(begin)
                 .await
                 .map_err(|e| self.unavailable("cannot start a transaction", &e))?;
         }
-        c.in_tx = true;
         Ok(c)
     }
 

@@ -31,7 +31,7 @@ pub(super) struct Conn {
 pub(super) struct Pooled {
     conn: Option<Conn>,
     pool: Arc<Pool>,
-    /// Set by `BEGIN`, cleared by `COMMIT`/`ROLLBACK`.
+    /// Set before `BEGIN` is sent, cleared once `COMMIT`/`ROLLBACK` succeeded.
     pub in_tx: bool,
     /// Whether this connection came from the idle list (may have broken while idle).
     pub reused: bool,
