@@ -446,6 +446,7 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
                     method: "echo".into(),
                     payload: Bytes::from_static(PAYLOAD),
                     timeout_ms: 0,
+                    trace: None,
                 })
                 .await
                 .unwrap();
