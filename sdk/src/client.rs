@@ -109,8 +109,9 @@ pub struct Client {
     inner: ActorHostClient<SidecarChannel>,
     socket: Arc<PathBuf>,
     timeout: Option<Duration>,
-    /// The W3C trace context this client's calls carry (`CallRequest.trace`): a turn's client
-    /// carries its turn's, so calls made from inside a turn continue the caller's trace.
+    /// The W3C trace context this client's calls carry (as `traceparent` / `tracestate`
+    /// metadata): a turn's client carries its turn's, so calls made from inside a turn continue
+    /// the caller's trace.
     trace: Option<v1::TraceContext>,
 }
 
@@ -196,6 +197,20 @@ impl Client {
         if let Some(t) = self.timeout {
             request.set_timeout(t + TRANSPORT_DEADLINE_SLACK);
         }
+        // The standard W3C metadata (what OpenTelemetry's gRPC instrumentation sends), on every
+        // request of this client: the sidecar reads it on Call.
+        if let Some(trace) = &self.trace {
+            for (key, value) in [
+                ("traceparent", &trace.traceparent),
+                ("tracestate", &trace.tracestate),
+            ] {
+                if let Ok(v) = value.parse()
+                    && !value.is_empty()
+                {
+                    request.metadata_mut().insert(key, v);
+                }
+            }
+        }
         request
     }
 
@@ -223,7 +238,8 @@ impl Client {
             method: method.into(),
             payload: payload.into(),
             timeout_ms: self.timeout_ms(),
-            trace: self.trace.clone(),
+            // Sent as metadata by `request`.
+            trace: None,
         });
         let mut inner = self.inner.clone();
         match inner.call(request).await {
