@@ -19,7 +19,7 @@ const CALLER_SPAN: &str = "00f067aa0ba902b7";
 fn host(
     scratch: &Scratch,
     name: &str,
-    endpoint: &str,
+    endpoint: Option<&str>,
     trace_file: &Path,
     workers_only: bool,
 ) -> (Sidecar, Proc) {
@@ -41,9 +41,10 @@ fn host(
         "1000",
         "--ttl-ms",
         "5000",
-        "--otlp-endpoint",
-        endpoint,
     ];
+    if let Some(endpoint) = endpoint {
+        args.extend_from_slice(&["--otlp-endpoint", endpoint]);
+    }
     // Host A registers only the Echo worker: a Counter can only be placed on host B, so the
     // call from A always crosses the mesh.
     if workers_only {
@@ -60,6 +61,26 @@ fn host(
     (sidecar, app)
 }
 
+/// Waits (bounded) until host `client`'s view shows both hosts.
+async fn converge(client: &Client) {
+    for _ in 0..200 {
+        match client.members(&MemberFilter::active()).await {
+            Ok(m) if m.hosts.len() == 2 => return,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the two hosts did not see each other within 10s");
+}
+
+/// The events of the app's trace file about `actor`.
+fn app_events(path: &Path, actor: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("the app's trace file");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["actor"] == actor)
+        .collect()
+}
+
 fn find<'a>(spans: &'a [Span], name: &str) -> &'a Span {
     spans
         .iter()
@@ -72,15 +93,10 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     let scratch = Scratch::new("otlp");
     let collector = Collector::start(&scratch.0, free_port());
     let app_trace = scratch.path("app-trace.jsonl");
-    let (mut a, _app_a) = host(&scratch, "ha", &collector.endpoint, &app_trace, true);
-    let (mut b, _app_b) = host(&scratch, "hb", &collector.endpoint, &app_trace, false);
+    let (mut a, _app_a) = host(&scratch, "ha", Some(&collector.endpoint), &app_trace, true);
+    let (mut b, _app_b) = host(&scratch, "hb", Some(&collector.endpoint), &app_trace, false);
     let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
-    for _ in 0..200 {
-        match client.members(&MemberFilter::active()).await {
-            Ok(m) if m.hosts.len() == 2 => break,
-            _ => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    converge(&client).await;
 
     let traced = client.with_trace(Some(v1::TraceContext {
         traceparent: format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
@@ -161,12 +177,7 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     );
 
     // The app was handed the turn span's context on the Turn, in the same trace.
-    let text = std::fs::read_to_string(&app_trace).expect("the app's trace file");
-    let handed: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|e: &serde_json::Value| e["actor"] == "Counter/traced")
-        .collect();
+    let handed = app_events(&app_trace, "Counter/traced");
     let turn_start = handed
         .iter()
         .find(|e| e["event"] == "turn-start" && e["method"] == "increment")
@@ -184,5 +195,45 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
         activation["traceparent"],
         format!("00-{TRACE_ID}-{}-01", activate.span_id),
         "the Activate turn's traceparent"
+    );
+}
+
+/// With export off the sidecars make no spans, but the caller's context still crosses the mesh:
+/// the app on host B is handed exactly the caller's `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_export_off_the_callers_context_passes_through_to_the_turn() {
+    let scratch = Scratch::new("otlp-off");
+    let app_trace = scratch.path("app-trace.jsonl");
+    let (a, _app_a) = host(&scratch, "ha", None, &app_trace, true);
+    let (_b, _app_b) = host(&scratch, "hb", None, &app_trace, false);
+    let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
+    converge(&client).await;
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: traceparent.clone(),
+        tracestate: "sigx=test".into(),
+    }));
+    traced
+        .call("Counter", "passed", "increment", "1")
+        .await
+        .expect("the traced call");
+    client
+        .call("Counter", "plain", "increment", "1")
+        .await
+        .expect("the untraced call");
+    let handed = app_events(&app_trace, "Counter/passed");
+    let turn = handed
+        .iter()
+        .find(|e| e["event"] == "turn-start" && e["method"] == "increment")
+        .unwrap_or_else(|| panic!("no increment turn in the app's trace: {handed:#?}"));
+    assert_eq!(
+        turn["traceparent"],
+        traceparent.as_str(),
+        "passed through unchanged"
+    );
+    let plain = app_events(&app_trace, "Counter/plain");
+    assert!(
+        plain.iter().all(|e| e.get("traceparent").is_none()),
+        "an untraced call's turn carries no trace: {plain:#?}"
     );
 }
