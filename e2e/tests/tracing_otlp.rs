@@ -237,3 +237,44 @@ async fn with_export_off_the_callers_context_passes_through_to_the_turn() {
         "an untraced call's turn carries no trace: {plain:#?}"
     );
 }
+
+/// A collector that is down never fails or holds a call, and the sidecar still stops promptly;
+/// the failed export is logged, naming the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_no_call_and_is_logged() {
+    let scratch = Scratch::new("otlp-down");
+    let app_trace = scratch.path("app-trace.jsonl");
+    // Nothing listens on this port: every export is refused.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let (mut a, _app_a) = host(&scratch, "ha", Some(&endpoint), &app_trace, true);
+    let (mut b, _app_b) = host(&scratch, "hb", Some(&endpoint), &app_trace, false);
+    let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
+    converge(&client).await;
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
+        tracestate: String::new(),
+    }));
+    for i in 1..=20 {
+        let reply = traced
+            .call("Counter", "down", "increment", "1")
+            .await
+            .expect("a call while the collector is down");
+        assert_eq!(reply.as_ref(), i.to_string().as_bytes());
+    }
+    // The stop flushes: the export fails, is logged, and does not hold the stop up.
+    let status = a.proc.terminate(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "host A stops cleanly"
+    );
+    assert!(
+        b.proc.terminate(Duration::from_secs(20)).is_some(),
+        "host B stops"
+    );
+    let log = a.proc.log_text();
+    assert!(
+        log.contains("trace export failed") && log.contains(&endpoint),
+        "host A's log does not report the failed export to {endpoint}:\n{log}"
+    );
+}
