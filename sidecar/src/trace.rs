@@ -353,6 +353,28 @@ mod tests {
     }
 
     #[test]
+    fn refuses_a_ratio_outside_zero_to_one_and_stays_off_without_an_endpoint() {
+        for ratio in [-0.1, 1.5, f64::NAN] {
+            let args = TraceArgs {
+                otlp_endpoint: None,
+                trace_sample_ratio: ratio,
+            };
+            assert!(
+                matches!(init(&args, "h"), Err(TraceError::Ratio(_))),
+                "{ratio} was taken"
+            );
+        }
+        let args = TraceArgs {
+            otlp_endpoint: Some(String::new()),
+            trace_sample_ratio: 0.5,
+        };
+        init(&args, "h")
+            .expect("an empty endpoint is off")
+            .shutdown();
+        assert!(!enabled(), "no endpoint, no export");
+    }
+
+    #[test]
     fn logs_export_failures_at_doubling_intervals() {
         let e = LoggedExporter::new((), "x".into());
         let logged: Vec<u64> = (0..20).filter_map(|_| e.record(false)).collect();
