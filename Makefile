@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build controlplane demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
+.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
 
 all: build
 
@@ -27,7 +27,7 @@ test: test-rust test-lang check-manifests
 
 ## nextest runs every test in a process of its own (the suites start real processes, servers and
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
-test-rust: build controlplane
+test-rust: build controlplane otelcol
 	bash scripts/install-tools.sh nextest
 	bash scripts/install-tools.sh postgres
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
@@ -38,6 +38,12 @@ test-rust: build controlplane
 ## kube_real_* tests. A no-op when up to date; the Go build cache is reused across clones.
 controlplane:
 	bash scripts/build-controlplane.sh
+
+## otelcol: the test-only OpenTelemetry Collector (e2e/otelcol, Go: the OTLP receiver and the
+## file exporter at collector release v0.161.0) into .tools/bin/sigx-otelcol, for the tracing
+## e2e test (tracing_otlp). A no-op when up to date; the Go build cache is reused across clones.
+otelcol:
+	bash scripts/build-otelcol.sh
 
 ## test-lang: Python (pytest), Node.js (node --test) and Go (go test) programs using only their
 ## language's stock gRPC library, with default options, against the real sigx-sidecar binary

@@ -5,6 +5,9 @@
 //! * cross host: an actor call that crosses the mesh (client → sidecar A → mesh → sidecar B →
 //!   app B → back) vs a raw tonic unary echo over loopback TCP.
 //!
+//! * cross host, traced: the same with OTLP export on at 100 % to a real collector (when
+//!   `make otelcol` built it), every call carrying a sampled `traceparent`.
+//!
 //! Run: `make bench` (or `cargo bench -p sigx-e2e --bench call`). Figures are ratios against the
 //! baseline of the same run, because machines are noisy.
 
@@ -396,7 +399,8 @@ async fn same_host(dir: &Path) -> (Figures, Figures) {
     figures
 }
 
-async fn cross_host(dir: &Path) -> (Figures, Figures) {
+/// The cross-host path; with `trace`, every sigx call carries that sampled `traceparent`.
+async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Figures) {
     let addr = raw_echo_tcp().await;
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -427,6 +431,7 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
     .unwrap();
     let ca = Client::lazy(&a.socket);
     let cb = Client::lazy(&b.socket);
+    let traced = ca.with_trace(trace);
     let _sa = App::new("front")
         .worker(WorkerType::new("Nop").method("nop", |_ctx| async move { Ok(Bytes::new()) }))
         .spawn(&ca);
@@ -446,13 +451,14 @@ async fn cross_host(dir: &Path) -> (Figures, Figures) {
                     method: "echo".into(),
                     payload: Bytes::from_static(PAYLOAD),
                     timeout_ms: 0,
+                    trace: None,
                 })
                 .await
                 .unwrap();
             }
         },
         move |i| {
-            let ca = ca.clone();
+            let ca = traced.clone();
             async move {
                 ca.call(
                     "Bench",
@@ -515,8 +521,34 @@ fn main() {
             row("same-host", base, sigx);
         }
         if only.is_empty() || only == "cross" {
-            let (base, sigx) = cross_host(dir.path()).await;
+            let (base, sigx) = cross_host(dir.path(), None).await;
             row("cross-host", base, sigx);
+        }
+        // Tracing on: export at 100 % to a real collector (e2e/otelcol, `make otelcol`), every
+        // call carrying a sampled traceparent. Last, because export is turned on once per
+        // process; compare its ratio with the cross-host row's (tracing off) of the same run.
+        if (only.is_empty() || only == "traced") && sigx_e2e::otelcol::binary().is_file() {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let collector = sigx_e2e::otelcol::Collector::start(dir.path(), port);
+            let args = sigx_sidecar::trace::TraceArgs {
+                otlp_endpoint: Some(collector.endpoint.clone()),
+                trace_sample_ratio: 1.0,
+            };
+            let tracing = sigx_sidecar::trace::init(&args, "bench").unwrap();
+            let trace = v1::TraceContext {
+                traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+                tracestate: String::new(),
+            };
+            let traced_dir = dir.path().join("traced");
+            std::fs::create_dir_all(&traced_dir).unwrap();
+            let (base, sigx) = cross_host(&traced_dir, Some(trace)).await;
+            row("cross-traced", base, sigx);
+            let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+            drop(collector);
         }
     });
 }

@@ -2,6 +2,7 @@
 pub mod chaos;
 pub mod controlplane;
 pub mod kube_double;
+pub mod otelcol;
 pub mod probe;
 pub mod real_operator;
 pub mod sim;

@@ -563,7 +563,11 @@ impl Dispatcher {
                     .then(|| Instant::now() + Duration::from_millis(turn.timeout_ms)),
             },
             host_id: self.host_id.lock().unwrap().clone(),
-            client: self.client.clone(),
+            // Calls made from inside the turn continue its trace.
+            client: match &turn.trace {
+                Some(trace) => self.client.with_trace(Some(trace.clone())),
+                None => self.client.clone(),
+            },
         };
         if let Some(actor_type) = self.actors.get(&actor.actor_type) {
             return Ok(actor_type.clone().run(ctx, kind));

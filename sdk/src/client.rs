@@ -109,6 +109,10 @@ pub struct Client {
     inner: ActorHostClient<SidecarChannel>,
     socket: Arc<PathBuf>,
     timeout: Option<Duration>,
+    /// The W3C trace context this client's calls carry (as `traceparent` / `tracestate`
+    /// metadata): a turn's client carries its turn's, so calls made from inside a turn continue
+    /// the caller's trace.
+    trace: Option<v1::TraceContext>,
 }
 
 impl std::fmt::Debug for Client {
@@ -128,6 +132,7 @@ impl Client {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             socket: Arc::new(socket.to_path_buf()),
             timeout: None,
+            trace: None,
         }
     }
 
@@ -167,6 +172,21 @@ impl Client {
         }
     }
 
+    /// A copy of this client whose calls carry the W3C trace context `trace` (e.g. a
+    /// `traceparent` your own tracing made), so the sidecar's spans and the callee's turn join
+    /// that trace. A turn's [`Context::client`](crate::Context::client) already carries its turn's.
+    pub fn with_trace(&self, trace: Option<v1::TraceContext>) -> Self {
+        Client {
+            trace,
+            ..self.clone()
+        }
+    }
+
+    /// The W3C trace context this client's calls carry, if any.
+    pub fn trace(&self) -> Option<&v1::TraceContext> {
+        self.trace.as_ref()
+    }
+
     /// The deadline this client's calls carry, if one was set with [`Client::with_timeout`].
     pub fn timeout(&self) -> Option<Duration> {
         self.timeout
@@ -176,6 +196,20 @@ impl Client {
         let mut request = tonic::Request::new(message);
         if let Some(t) = self.timeout {
             request.set_timeout(t + TRANSPORT_DEADLINE_SLACK);
+        }
+        // The standard W3C metadata (what OpenTelemetry's gRPC instrumentation sends), on every
+        // request of this client: the sidecar reads it on Call.
+        if let Some(trace) = &self.trace {
+            for (key, value) in [
+                ("traceparent", &trace.traceparent),
+                ("tracestate", &trace.tracestate),
+            ] {
+                if let Ok(v) = value.parse()
+                    && !value.is_empty()
+                {
+                    request.metadata_mut().insert(key, v);
+                }
+            }
         }
         request
     }
@@ -204,6 +238,8 @@ impl Client {
             method: method.into(),
             payload: payload.into(),
             timeout_ms: self.timeout_ms(),
+            // Sent as metadata by `request`.
+            trace: None,
         });
         let mut inner = self.inner.clone();
         match inner.call(request).await {

@@ -104,6 +104,12 @@ impl Context {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// The W3C `traceparent` of this turn, when the call that caused it was traced: make your own
+    /// spans children of it. Calls made through [`Context::client`] carry it already.
+    pub fn traceparent(&self) -> Option<&str> {
+        self.client.trace().map(|t| t.traceparent.as_str())
+    }
+
     /// A client for calling other actors through the same sidecar.
     pub fn client(&self) -> &Client {
         &self.client

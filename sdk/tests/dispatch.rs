@@ -27,6 +27,7 @@ fn turn(id: u64, key: &str, activation: &str, kind: turn::Kind) -> v1::Turn {
         not_after_unix_ms: 0,
         epoch: 1,
         kind: Some(kind),
+        trace: None,
     }
 }
 

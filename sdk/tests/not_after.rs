@@ -86,6 +86,7 @@ fn turn(id: u64, kind: turn::Kind, not_after_unix_ms: i64) -> v1::Turn {
         not_after_unix_ms,
         epoch: 1,
         kind: Some(kind),
+        trace: None,
     }
 }
 

@@ -258,6 +258,10 @@ pub struct Args {
     /// A file holding the PostgreSQL connection string.
     #[arg(long, env = "SIGX_STATE_DSN_FILE")]
     pub state_dsn_file: Option<PathBuf>,
+
+    /// Distributed tracing: OTLP export and its sampling (sidecar/src/trace.rs).
+    #[command(flatten)]
+    pub tracing: crate::trace::TraceArgs,
 }
 
 /// A configuration value that is wrong, named.

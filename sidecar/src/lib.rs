@@ -28,3 +28,4 @@ pub mod reminders;
 pub mod runtime;
 mod sqlite_open;
 pub mod state;
+pub mod trace;

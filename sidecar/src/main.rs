@@ -5,9 +5,11 @@
 use clap::Parser;
 use sigx_sidecar::config::{Args, EXIT_USAGE};
 use sigx_sidecar::host::{self, Host, StopKind};
+use sigx_sidecar::trace;
 
 fn main() {
     let args = Args::parse();
+    let trace_args = args.tracing.clone();
     let cfg = match args.validate() {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -29,6 +31,25 @@ fn main() {
     }
     let rt = rt.enable_all().build().expect("tokio runtime");
     let code = rt.block_on(async move {
+        // Inside the runtime: the OTLP exporter's gRPC channel lives on it.
+        let tracing = match trace::init(&trace_args, &cfg.host_id) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("sigx-sidecar: configuration error: {e}");
+                return EXIT_USAGE;
+            }
+        };
+        let code = run(cfg).await;
+        // Flush the spans still queued (a blocking call: off the async threads).
+        let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+        code
+    });
+    std::process::exit(code);
+}
+
+/// Runs one host until a signal (or until it cannot run); the process's exit code.
+async fn run(cfg: sigx_sidecar::config::Config) -> i32 {
+    {
         let host = match Host::start(cfg).await {
             Ok(h) => h,
             Err(e) => {
@@ -67,6 +88,5 @@ fn main() {
             }
         }
         0
-    });
-    std::process::exit(code);
+    }
 }

@@ -185,6 +185,7 @@ async fn serve_refusals_and_call_errors_carry_the_standard_rich_error_model() {
             method: "get".into(),
             payload: Default::default(),
             timeout_ms: 2_000,
+            trace: None,
         })
         .await
         .expect_err("an unknown type fails");
@@ -398,6 +399,7 @@ async fn an_unknown_type_in_a_cluster_answers_a_code_generic_clients_do_not_retr
             method: "get".into(),
             payload: Default::default(),
             timeout_ms: 5_000,
+            trace: None,
         })
         .await
         .expect_err("an unknown type fails");

@@ -55,6 +55,7 @@ async fn an_inbound_call_for_an_unregistered_type_is_wrong_host_without_a_hint()
         payload: bytes::Bytes::from_static(b"x"),
         timeout_ms: 5_000,
         targeted: false,
+        trace: None,
     };
     let e = inbound
         .deliver("engine", req, Instant::now() + Duration::from_secs(5))

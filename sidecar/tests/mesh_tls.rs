@@ -176,6 +176,7 @@ async fn echo_as(
             payload: Bytes::from_static(b"over tls"),
             timeout_ms: 0,
             targeted: false,
+            trace: None,
         },
         Instant::now() + Duration::from_secs(5),
     )

@@ -314,6 +314,7 @@ async fn bad_reminder_requests_are_refused_by_name_and_store_nothing() {
             method: "$reminder".into(),
             payload: Default::default(),
             timeout_ms: 1000,
+            trace: None,
         })
         .await
         .unwrap_err();

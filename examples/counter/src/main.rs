@@ -360,6 +360,7 @@ mod tests {
             not_after_unix_ms: 0,
             epoch: 0,
             kind: Some(kind),
+            trace: None,
         }
     }
 

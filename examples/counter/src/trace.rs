@@ -68,12 +68,16 @@ impl Trace {
 
     /// Appends one event about the actor of `ctx`.
     pub fn record(&self, event: Event, ctx: &Context) {
-        self.write(
-            event,
-            &format!("{}/{}", ctx.actor_type(), ctx.key()),
-            ctx.activation_id(),
-            ctx.host_id(),
-            ctx.method(),
+        self.write_line(
+            Line {
+                event,
+                actor: &format!("{}/{}", ctx.actor_type(), ctx.key()),
+                activation: ctx.activation_id(),
+                host: ctx.host_id(),
+                method: ctx.method(),
+                traceparent: ctx.traceparent(),
+            },
+            false,
         );
     }
 
@@ -106,19 +110,15 @@ impl Trace {
         }
     }
 
-    fn write(&self, event: Event, actor: &str, activation: &str, host: &str, method: &str) {
-        self.write_line(event, actor, activation, host, method, false)
-    }
-
-    fn write_line(
-        &self,
-        event: Event,
-        actor: &str,
-        activation: &str,
-        host: &str,
-        method: &str,
-        dropped: bool,
-    ) {
+    fn write_line(&self, line: Line<'_>, dropped: bool) {
+        let Line {
+            event,
+            actor,
+            activation,
+            host,
+            method,
+            traceparent,
+        } = line;
         let Some(file) = &self.file else { return };
         let mut line = serde_json::json!({
             "t_ns": monotonic_ns(),
@@ -133,6 +133,10 @@ impl Trace {
         }
         if dropped {
             line["dropped"] = true.into();
+        }
+        // The W3C trace context the turn was handed (tests check it continues the caller's).
+        if let Some(tp) = traceparent {
+            line["traceparent"] = tp.into();
         }
         let mut bytes = line.to_string().into_bytes();
         bytes.push(b'\n');
@@ -177,13 +181,24 @@ impl ActivationGuard {
 impl Drop for ActivationGuard {
     fn drop(&mut self) {
         let dropped = !self.deactivated.load(std::sync::atomic::Ordering::SeqCst);
-        self.trace.write_line(
-            Event::ActivationEnd,
-            &self.actor,
-            &self.activation,
-            &self.host,
-            "",
-            dropped,
-        );
+        let line = Line {
+            event: Event::ActivationEnd,
+            actor: &self.actor,
+            activation: &self.activation,
+            host: &self.host,
+            method: "",
+            traceparent: None,
+        };
+        self.trace.write_line(line, dropped);
     }
+}
+
+/// What one trace line says.
+struct Line<'a> {
+    event: Event,
+    actor: &'a str,
+    activation: &'a str,
+    host: &'a str,
+    method: &'a str,
+    traceparent: Option<&'a str>,
 }

@@ -2112,6 +2112,12 @@ type Turn struct {
 	// store it with what you write there, and refuse a write whose epoch is lower than the one
 	// stored. sigx's own state store does exactly that. 0 for workers.
 	Epoch uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The W3C trace context of this turn when the call that caused it carried one (from the
+	// caller's `traceparent`, through the mesh): its parent id is the sidecar's turn span when the
+	// sidecar exports traces, else the caller's span. Continue the trace from it: make the app's
+	// own spans children of it, and send it as `traceparent` / `tracestate` metadata on calls made
+	// from inside the turn. Absent for untraced calls, reminders and timers.
+	Trace *TraceContext `protobuf:"bytes,12,opt,name=trace,proto3" json:"trace,omitempty"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*Turn_Activate
@@ -2194,6 +2200,13 @@ func (x *Turn) GetEpoch() uint64 {
 		return x.Epoch
 	}
 	return 0
+}
+
+func (x *Turn) GetTrace() *TraceContext {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
 }
 
 func (x *Turn) GetKind() isTurn_Kind {
@@ -2785,7 +2798,11 @@ type CallRequest struct {
 	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Deadline for the whole call, in milliseconds. 0 = the sidecar's default (30 s). The gRPC
 	// deadline (grpc-timeout), when shorter, wins.
-	TimeoutMs     uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// The caller's W3C trace context, for clients that cannot set gRPC metadata. The standard
+	// `traceparent` / `tracestate` metadata of the Call (what OpenTelemetry's gRPC instrumentation
+	// sends) wins when present. The actor's turn is handed a child of it (`Turn.trace`).
+	Trace         *TraceContext `protobuf:"bytes,5,opt,name=trace,proto3" json:"trace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2846,6 +2863,13 @@ func (x *CallRequest) GetTimeoutMs() uint64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *CallRequest) GetTrace() *TraceContext {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
 }
 
 // The result of a successful call. Failures are gRPC errors carrying an ErrorDetail.
@@ -3403,7 +3427,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xef\x03\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xa3\x04\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
@@ -3411,7 +3435,8 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x12)\n" +
 	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x12\x14\n" +
-	"\x05epoch\x18\t \x01(\x04R\x05epoch\x126\n" +
+	"\x05epoch\x18\t \x01(\x04R\x05epoch\x122\n" +
+	"\x05trace\x18\f \x01(\v2\x1c.sigx.actors.v1.TraceContextR\x05trace\x126\n" +
 	"\bactivate\x18\x05 \x01(\v2\x18.sigx.actors.v1.ActivateH\x00R\bactivate\x120\n" +
 	"\x06invoke\x18\x06 \x01(\v2\x16.sigx.actors.v1.InvokeH\x00R\x06invoke\x12<\n" +
 	"\n" +
@@ -3450,13 +3475,14 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\aoutcome\"T\n" +
 	"\tTurnError\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.sigx.actors.v1.ErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\x8e\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xc2\x01\n" +
 	"\vCallRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\"(\n" +
+	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x122\n" +
+	"\x05trace\x18\x05 \x01(\v2\x1c.sigx.actors.v1.TraceContextR\x05trace\"(\n" +
 	"\fCallResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"j\n" +
 	"\x0eMembersRequest\x12:\n" +
@@ -3578,8 +3604,9 @@ var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(*StatusResponse)(nil),         // 46: sigx.actors.v1.StatusResponse
 	nil,                            // 47: sigx.actors.v1.StatusResponse.CountersEntry
 	(*ActorRef)(nil),               // 48: sigx.actors.v1.ActorRef
-	(ErrorKind)(0),                 // 49: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),         // 50: sigx.actors.v1.HostDescriptor
+	(*TraceContext)(nil),           // 49: sigx.actors.v1.TraceContext
+	(ErrorKind)(0),                 // 50: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),         // 51: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
 	48, // 0: sigx.actors.v1.LocateRequest.actor:type_name -> sigx.actors.v1.ActorRef
@@ -3603,56 +3630,58 @@ var file_sigx_actors_v1_app_proto_depIdxs = []int32{
 	31, // 18: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
 	29, // 19: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
 	48, // 20: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	34, // 21: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	35, // 22: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	36, // 23: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	33, // 24: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
-	32, // 25: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
-	0,  // 26: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	38, // 27: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	22, // 28: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	49, // 29: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	48, // 30: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	1,  // 31: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	50, // 32: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	48, // 33: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	50, // 34: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	45, // 35: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	47, // 36: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	42, // 37: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	23, // 38: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	39, // 39: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	41, // 40: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	43, // 41: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	41, // 42: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	44, // 43: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	19, // 44: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	8,  // 45: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
-	10, // 46: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
-	12, // 47: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
-	14, // 48: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
-	16, // 49: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
-	2,  // 50: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
-	4,  // 51: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
-	28, // 52: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	40, // 53: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	42, // 54: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	40, // 55: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	42, // 56: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	46, // 57: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	20, // 58: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	9,  // 59: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
-	11, // 60: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
-	13, // 61: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
-	15, // 62: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
-	17, // 63: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
-	3,  // 64: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
-	5,  // 65: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	49, // 21: sigx.actors.v1.Turn.trace:type_name -> sigx.actors.v1.TraceContext
+	34, // 22: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	35, // 23: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	36, // 24: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	33, // 25: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	32, // 26: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	0,  // 27: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	38, // 28: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	22, // 29: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	50, // 30: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	48, // 31: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 32: sigx.actors.v1.CallRequest.trace:type_name -> sigx.actors.v1.TraceContext
+	1,  // 33: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	51, // 34: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	48, // 35: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	51, // 36: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	45, // 37: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	47, // 38: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	42, // 39: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	23, // 40: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	39, // 41: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	41, // 42: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	43, // 43: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	41, // 44: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	44, // 45: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	19, // 46: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	8,  // 47: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	10, // 48: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	12, // 49: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	14, // 50: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	16, // 51: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	2,  // 52: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
+	4,  // 53: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
+	28, // 54: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	40, // 55: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	42, // 56: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	40, // 57: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	42, // 58: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	46, // 59: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	20, // 60: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	9,  // 61: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	11, // 62: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	13, // 63: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	15, // 64: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	17, // 65: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	3,  // 66: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
+	5,  // 67: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
+	54, // [54:68] is the sub-list for method output_type
+	40, // [40:54] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }

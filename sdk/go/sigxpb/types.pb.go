@@ -282,6 +282,63 @@ func (x *HostDescriptor) GetStatefulTypes() *TypeList {
 	return nil
 }
 
+// W3C Trace Context (https://www.w3.org/TR/trace-context/) of a call, in its two headers' text
+// form, so one distributed trace spans app A -> sidecar A -> mesh -> sidecar B -> app B. An
+// empty `traceparent` means no trace; a malformed one is ignored (the call runs untraced).
+type TraceContext struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// `version-traceid-parentid-flags`, e.g. `00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01`.
+	Traceparent string `protobuf:"bytes,1,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	// Vendor-specific trace state, passed along unchanged; may be empty.
+	Tracestate    string `protobuf:"bytes,2,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceContext) Reset() {
+	*x = TraceContext{}
+	mi := &file_sigx_actors_v1_types_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceContext) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceContext) ProtoMessage() {}
+
+func (x *TraceContext) ProtoReflect() protoreflect.Message {
+	mi := &file_sigx_actors_v1_types_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceContext.ProtoReflect.Descriptor instead.
+func (*TraceContext) Descriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_types_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TraceContext) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *TraceContext) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
+}
+
 var File_sigx_actors_v1_types_proto protoreflect.FileDescriptor
 
 const file_sigx_actors_v1_types_proto_rawDesc = "" +
@@ -303,7 +360,12 @@ const file_sigx_actors_v1_types_proto_rawDesc = "" +
 	"\x0estateful_types\x18\a \x01(\v2\x18.sigx.actors.v1.TypeListR\rstatefulTypes\x1a7\n" +
 	"\tMetaEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01*s\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
+	"\fTraceContext\x12 \n" +
+	"\vtraceparent\x18\x01 \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x02 \x01(\tR\n" +
+	"tracestate*s\n" +
 	"\n" +
 	"HostStatus\x12\x1b\n" +
 	"\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -324,17 +386,18 @@ func file_sigx_actors_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_sigx_actors_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sigx_actors_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_sigx_actors_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_sigx_actors_v1_types_proto_goTypes = []any{
 	(HostStatus)(0),        // 0: sigx.actors.v1.HostStatus
 	(*ActorRef)(nil),       // 1: sigx.actors.v1.ActorRef
 	(*TypeList)(nil),       // 2: sigx.actors.v1.TypeList
 	(*HostDescriptor)(nil), // 3: sigx.actors.v1.HostDescriptor
-	nil,                    // 4: sigx.actors.v1.HostDescriptor.MetaEntry
+	(*TraceContext)(nil),   // 4: sigx.actors.v1.TraceContext
+	nil,                    // 5: sigx.actors.v1.HostDescriptor.MetaEntry
 }
 var file_sigx_actors_v1_types_proto_depIdxs = []int32{
 	2, // 0: sigx.actors.v1.HostDescriptor.types:type_name -> sigx.actors.v1.TypeList
-	4, // 1: sigx.actors.v1.HostDescriptor.meta:type_name -> sigx.actors.v1.HostDescriptor.MetaEntry
+	5, // 1: sigx.actors.v1.HostDescriptor.meta:type_name -> sigx.actors.v1.HostDescriptor.MetaEntry
 	0, // 2: sigx.actors.v1.HostDescriptor.status:type_name -> sigx.actors.v1.HostStatus
 	2, // 3: sigx.actors.v1.HostDescriptor.stateful_types:type_name -> sigx.actors.v1.TypeList
 	4, // [4:4] is the sub-list for method output_type
@@ -355,7 +418,7 @@ func file_sigx_actors_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_types_proto_rawDesc), len(file_sigx_actors_v1_types_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -270,6 +270,14 @@ impl ActorHost for AppService {
         request: Request<v1::CallRequest>,
     ) -> Result<Response<v1::CallResponse>, Status> {
         let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        // The caller's W3C trace: standard metadata first, then the request's field.
+        let parent = crate::trace::extract_metadata(request.metadata()).or_else(|| {
+            request
+                .get_ref()
+                .trace
+                .as_ref()
+                .and_then(crate::trace::extract)
+        });
         let req = request.into_inner();
         let actor = actor_of(req.actor.as_ref(), "actor")?;
         check_payload(req.payload.len(), self.max_payload())?;
@@ -286,10 +294,20 @@ impl ActorHost for AppService {
         }
         let clock = self.runtime.config().clock.clone();
         let started = clock.now();
-        let answer = self
-            .dispatcher
-            .call(actor, req.method, req.payload, deadline)
-            .await;
+        let cx = (parent.is_some() || crate::trace::enabled()).then(|| {
+            crate::trace::child(
+                &parent.unwrap_or_default(),
+                "sigx.call",
+                opentelemetry::trace::SpanKind::Server,
+                crate::trace::actor_attrs(&actor, &req.method),
+            )
+        });
+        let answer = crate::trace::traced(
+            cx,
+            self.dispatcher
+                .call(actor, req.method, req.payload, deadline),
+        )
+        .await;
         let kind = match &answer {
             Ok(_) => "ok",
             Err(e) => e.kind.as_str(),

@@ -262,13 +262,42 @@ impl Router {
                     payload: payload.clone(),
                     timeout_ms: 0,
                     targeted: false,
+                    trace: None,
                 };
-                self.mesh
-                    .deliver(peer, req, deadline)
-                    .await
-                    .map_err(MeshCallError::into_actor_error)
+                self.deliver(actor, peer, req, deadline).await
             }
         }
+    }
+
+    /// One mesh hop, under the caller side's `sigx.mesh.deliver` span when the call is traced:
+    /// the span's context travels in `req.trace`, so the peer's spans and turn are its children.
+    async fn deliver(
+        &self,
+        actor: &ActorId,
+        peer: PeerAddr<'_>,
+        mut req: v1::DeliverRequest,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        let cx = crate::trace::child_of_current(
+            "sigx.mesh.deliver",
+            opentelemetry::trace::SpanKind::Client,
+            {
+                let mut attrs = crate::trace::actor_attrs(actor, &req.method);
+                attrs.push(opentelemetry::KeyValue::new(
+                    "sigx.peer",
+                    peer.id.to_string(),
+                ));
+                attrs
+            },
+        );
+        req.trace = cx.as_ref().and_then(crate::trace::inject);
+        crate::trace::traced(cx, async {
+            self.mesh
+                .deliver(peer, req, deadline)
+                .await
+                .map_err(MeshCallError::into_actor_error)
+        })
+        .await
     }
 
     /// The routing loop.
@@ -480,18 +509,13 @@ impl Dispatcher for Router {
             payload,
             timeout_ms: 0,
             targeted: true,
+            trace: None,
         };
-        self.mesh
-            .deliver(
-                PeerAddr {
-                    id: &host.id,
-                    advertise: &host.advertise,
-                },
-                req,
-                deadline,
-            )
-            .await
-            .map_err(MeshCallError::into_actor_error)
+        let peer = PeerAddr {
+            id: &host.id,
+            advertise: &host.advertise,
+        };
+        self.deliver(&worker, peer, req, deadline).await
     }
 
     async fn locate(
@@ -597,6 +621,31 @@ impl DeliverHandler for Inbound {
         let Some(actor) = req.actor.as_ref().map(ActorId::from_proto) else {
             return Err(ActorError::invalid("Deliver without an actor"));
         };
+        // The receiving side of the hop: a child of the caller's `sigx.mesh.deliver` span.
+        let parent = req.trace.as_ref().and_then(crate::trace::extract);
+        let cx = (parent.is_some() || crate::trace::enabled()).then(|| {
+            let mut attrs = crate::trace::actor_attrs(&actor, &req.method);
+            attrs.push(opentelemetry::KeyValue::new("sigx.peer", peer.to_string()));
+            crate::trace::child(
+                &parent.unwrap_or_default(),
+                "sigx.mesh.receive",
+                opentelemetry::trace::SpanKind::Server,
+                attrs,
+            )
+        });
+        crate::trace::traced(cx, self.run_delivered(peer, actor, req, deadline)).await
+    }
+}
+
+impl Inbound {
+    /// Runs a delivered call here, or answers why it must go elsewhere.
+    async fn run_delivered(
+        &self,
+        peer: &str,
+        actor: ActorId,
+        req: v1::DeliverRequest,
+        deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
         self.counters
             .counters
             .inbound_deliveries

@@ -151,11 +151,26 @@ impl Activation {
         let id = activation_id.clone();
         let task_shared = shared.clone();
         let lifecycle = Lifecycle::new(&rt);
+        // Made in the caller's task: the activation's span is a child of the call that caused it.
+        let activate_span = crate::trace::child_of_current(
+            "sigx.activate",
+            opentelemetry::trace::SpanKind::Internal,
+            crate::trace::actor_attrs(&actor, "<activate>"),
+        );
         tokio::spawn(async move {
             let _lifecycle = lifecycle;
             let span = tracing::info_span!("activation", actor = %actor, activation = %id);
             tracing::Instrument::instrument(
-                run(rt, task_shared, actor, id, ty, claim_deadline, stop_rx),
+                run(
+                    rt,
+                    task_shared,
+                    actor,
+                    id,
+                    ty,
+                    claim_deadline,
+                    stop_rx,
+                    activate_span,
+                ),
                 span,
             )
             .await;
@@ -234,6 +249,7 @@ fn remove_self(rt: &Runtime, actor: &ActorId, activation_id: &Arc<str>) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run(
     rt: Runtime,
     shared: Arc<Shared>,
@@ -242,6 +258,7 @@ async fn run(
     ty: ActorType,
     claim_deadline: Instant,
     mut stop_rx: oneshot::Receiver<oneshot::Sender<()>>,
+    activate_span: Option<opentelemetry::Context>,
 ) {
     let gate = rt.inner.gate.clone();
     let lifecycle = rt.inner.cfg.lifecycle_turn_timeout;
@@ -324,17 +341,22 @@ async fn run(
             return;
         }
     };
-    let turn = app.start_turn(
-        &actor,
-        TurnOf {
-            activation_id: &activation_id,
-            epoch,
-        },
-        TurnKind::Activate,
-        deadline,
-        Instant::now(),
-        not_after,
-    );
+    let turn = {
+        // The Activate turn carries the activation span's context (the guard ends before any
+        // await: it only makes the context ambient while the turn is built).
+        let _trace = activate_span.clone().map(opentelemetry::Context::attach);
+        app.start_turn(
+            &actor,
+            TurnOf {
+                activation_id: &activation_id,
+                epoch,
+            },
+            TurnKind::Activate,
+            deadline,
+            Instant::now(),
+            not_after,
+        )
+    };
     let overrun = || {
         fail(ActorError::timeout(format!(
             "activation of {actor} did not finish within {lifecycle:?}"
@@ -345,6 +367,9 @@ async fn run(
     // Activate may initialise state: its writes pass the output gate like any turn's.
     let gated = rt.commit_answer(&actor, epoch, answer).await;
     let outcome = rt.settle(gated.outcome);
+    if let Some(cx) = &activate_span {
+        crate::trace::finish(cx, &outcome);
+    }
     match outcome {
         Ok(_) if !overran => {}
         Ok(_) => {

@@ -345,6 +345,8 @@ impl AppSession {
                 not_after_unix_ms,
                 epoch,
                 kind: Some(kind_proto),
+                // The ambient trace: the turn span's (runtime/turn.rs), or the caller's.
+                trace: crate::trace::current(),
             })),
         };
         // Worker turns hold no identity: nothing waits for them before the record goes.

@@ -59,8 +59,17 @@ impl Caller {
         deadline: Instant,
     ) -> Result<Bytes, ActorError> {
         let kind = TurnKind::of_call(method, payload);
-        self.turn(rt, actor, kind, method, deadline, || Ok(()), true)
-            .await
+        // The turn's span (admission wait included); its context is what the app receives.
+        let cx = crate::trace::child_of_current(
+            "sigx.turn",
+            opentelemetry::trace::SpanKind::Internal,
+            crate::trace::actor_attrs(actor, method),
+        );
+        crate::trace::traced(
+            cx,
+            self.turn(rt, actor, kind, method, deadline, || Ok(()), true),
+        )
+        .await
     }
 
     /// Runs one turn of `kind` (`what` names it in errors and logs) like a call: admitted in

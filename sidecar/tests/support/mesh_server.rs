@@ -181,5 +181,6 @@ pub fn call(method: &str, payload: impl Into<bytes::Bytes>) -> sigx_proto::v1::D
         payload: payload.into(),
         timeout_ms: 0,
         targeted: false,
+        trace: None,
     }
 }

@@ -316,6 +316,7 @@ pub async fn call(
         method: method.into(),
         payload: Bytes::copy_from_slice(payload),
         timeout_ms,
+        trace: None,
     })
     .await
     .map(|r| r.into_inner().payload)

@@ -302,13 +302,14 @@ class Registered(_message.Message):
     def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "activate", "invoke", "deactivate", "reminder", "timer")
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "trace", "activate", "invoke", "deactivate", "reminder", "timer")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     NOT_AFTER_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     ACTIVATE_FIELD_NUMBER: _ClassVar[int]
     INVOKE_FIELD_NUMBER: _ClassVar[int]
     DEACTIVATE_FIELD_NUMBER: _ClassVar[int]
@@ -320,12 +321,13 @@ class Turn(_message.Message):
     timeout_ms: int
     not_after_unix_ms: int
     epoch: int
+    trace: _types_pb2.TraceContext
     activate: Activate
     invoke: Invoke
     deactivate: Deactivate
     reminder: Reminder
     timer: TimerTick
-    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
 
 class TimerTick(_message.Message):
     __slots__ = ("name", "payload", "period_ms", "due_unix_ms", "skipped")
@@ -394,16 +396,18 @@ class TurnError(_message.Message):
     def __init__(self, kind: _Optional[_Union[_errors_pb2.ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CallRequest(_message.Message):
-    __slots__ = ("actor", "method", "payload", "timeout_ms")
+    __slots__ = ("actor", "method", "payload", "timeout_ms", "trace")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     method: str
     payload: bytes
     timeout_ms: int
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    trace: _types_pb2.TraceContext
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class CallResponse(_message.Message):
     __slots__ = ("payload",)

@@ -26,51 +26,51 @@ from sigx.actors.v1 import errors_pb2 as sigx_dot_actors_dot_v1_dot_errors__pb2
 from sigx.actors.v1 import types_pb2 as sigx_dot_actors_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19sigx/actors/v1/mesh.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\x80\x01\n\x0e\x44\x65liverRequest\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x04 \x01(\x04\x12\x10\n\x08targeted\x18\x05 \x01(\x08\"X\n\x0f\x44\x65liverResponse\x12\x0c\n\x02ok\x18\x01 \x01(\x0cH\x00\x12,\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1b.sigx.actors.v1.ErrorDetailH\x00\x42\t\n\x07outcome\"P\n\x0c\x44\x65liverFrame\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DeliverRequest\"S\n\rDeliverAnswer\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x31\n\x08response\x18\x02 \x01(\x0b\x32\x1f.sigx.actors.v1.DeliverResponse\"a\n\x0e\x44irectoryEntry\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x15\n\ractivation_id\x18\x03 \x01(\t\"8\n\rLookupRequest\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\"\x9c\x01\n\x0eLookupResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"@\n\x0fRegisterRequest\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"\x9f\x01\n\x10RegisterResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12.\n\x06winner\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"B\n\x11UnregisterRequest\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"\x82\x01\n\x12UnregisterResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x0f\n\x07removed\x18\x02 \x01(\x08\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"L\n\x0e\x43ollectRequest\x12\x11\n\trequester\x18\x01 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x06\x12\x12\n\npartitions\x18\x03 \x03(\r\"\x88\x01\n\x0f\x43ollectResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x06\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\",\n\nListCursor\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\t\"v\n\x12ListEntriesRequest\x12\x12\n\nactor_type\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\x12)\n\x05\x61\x66ter\x18\x03 \x01(\x0b\x32\x1a.sigx.actors.v1.ListCursor\x12\r\n\x05limit\x18\x04 \x01(\r\"O\n\x0bListedEntry\x12\x11\n\tpartition\x18\x01 \x01(\r\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"k\n\x11UnlistedPartition\x12\x11\n\tpartition\x18\x01 \x01(\r\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x12\n\nowner_hint\x18\x03 \x01(\t\"\x8b\x01\n\x13ListEntriesResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.sigx.actors.v1.ListedEntry\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\x33\n\x08unlisted\x18\x03 \x03(\x0b\x32!.sigx.actors.v1.UnlistedPartition*\xb1\x01\n\x0f\x44irectoryStatus\x12 \n\x1c\x44IRECTORY_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x44IRECTORY_STATUS_OK\x10\x01\x12\x1e\n\x1a\x44IRECTORY_STATUS_NOT_OWNER\x10\x02\x12\x1f\n\x1b\x44IRECTORY_STATUS_RECOVERING\x10\x03\x12\"\n\x1e\x44IRECTORY_STATUS_NOT_CONVERGED\x10\x04\x32\xb5\x04\n\x04Mesh\x12J\n\x07\x44\x65liver\x12\x1e.sigx.actors.v1.DeliverRequest\x1a\x1f.sigx.actors.v1.DeliverResponse\x12P\n\rDeliverStream\x12\x1c.sigx.actors.v1.DeliverFrame\x1a\x1d.sigx.actors.v1.DeliverAnswer(\x01\x30\x01\x12G\n\x06Lookup\x12\x1d.sigx.actors.v1.LookupRequest\x1a\x1e.sigx.actors.v1.LookupResponse\x12M\n\x08Register\x12\x1f.sigx.actors.v1.RegisterRequest\x1a .sigx.actors.v1.RegisterResponse\x12S\n\nUnregister\x12!.sigx.actors.v1.UnregisterRequest\x1a\".sigx.actors.v1.UnregisterResponse\x12J\n\x07\x43ollect\x12\x1e.sigx.actors.v1.CollectRequest\x1a\x1f.sigx.actors.v1.CollectResponse\x12V\n\x0bListEntries\x12\".sigx.actors.v1.ListEntriesRequest\x1a#.sigx.actors.v1.ListEntriesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19sigx/actors/v1/mesh.proto\x12\x0esigx.actors.v1\x1a\x1bsigx/actors/v1/errors.proto\x1a\x1asigx/actors/v1/types.proto\"\xad\x01\n\x0e\x44\x65liverRequest\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x0f\n\x07payload\x18\x03 \x01(\x0c\x12\x12\n\ntimeout_ms\x18\x04 \x01(\x04\x12\x10\n\x08targeted\x18\x05 \x01(\x08\x12+\n\x05trace\x18\x06 \x01(\x0b\x32\x1c.sigx.actors.v1.TraceContext\"X\n\x0f\x44\x65liverResponse\x12\x0c\n\x02ok\x18\x01 \x01(\x0cH\x00\x12,\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x1b.sigx.actors.v1.ErrorDetailH\x00\x42\t\n\x07outcome\"P\n\x0c\x44\x65liverFrame\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12/\n\x07request\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DeliverRequest\"S\n\rDeliverAnswer\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12\x31\n\x08response\x18\x02 \x01(\x0b\x32\x1f.sigx.actors.v1.DeliverResponse\"a\n\x0e\x44irectoryEntry\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\x12\x0f\n\x07host_id\x18\x02 \x01(\t\x12\x15\n\ractivation_id\x18\x03 \x01(\t\"8\n\rLookupRequest\x12\'\n\x05\x61\x63tor\x18\x01 \x01(\x0b\x32\x18.sigx.actors.v1.ActorRef\"\x9c\x01\n\x0eLookupResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"@\n\x0fRegisterRequest\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"\x9f\x01\n\x10RegisterResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12.\n\x06winner\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"B\n\x11UnregisterRequest\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"\x82\x01\n\x12UnregisterResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x0f\n\x07removed\x18\x02 \x01(\x08\x12\x12\n\nowner_hint\x18\x03 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\x04\"L\n\x0e\x43ollectRequest\x12\x11\n\trequester\x18\x01 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x06\x12\x12\n\npartitions\x18\x03 \x03(\r\"\x88\x01\n\x0f\x43ollectResponse\x12/\n\x06status\x18\x01 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x13\n\x0b\x66ingerprint\x18\x02 \x01(\x06\x12/\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\",\n\nListCursor\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\t\"v\n\x12ListEntriesRequest\x12\x12\n\nactor_type\x18\x01 \x01(\t\x12\x12\n\npartitions\x18\x02 \x03(\r\x12)\n\x05\x61\x66ter\x18\x03 \x01(\x0b\x32\x1a.sigx.actors.v1.ListCursor\x12\r\n\x05limit\x18\x04 \x01(\r\"O\n\x0bListedEntry\x12\x11\n\tpartition\x18\x01 \x01(\r\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1e.sigx.actors.v1.DirectoryEntry\"k\n\x11UnlistedPartition\x12\x11\n\tpartition\x18\x01 \x01(\r\x12/\n\x06status\x18\x02 \x01(\x0e\x32\x1f.sigx.actors.v1.DirectoryStatus\x12\x12\n\nowner_hint\x18\x03 \x01(\t\"\x8b\x01\n\x13ListEntriesResponse\x12,\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1b.sigx.actors.v1.ListedEntry\x12\x11\n\ttruncated\x18\x02 \x01(\x08\x12\x33\n\x08unlisted\x18\x03 \x03(\x0b\x32!.sigx.actors.v1.UnlistedPartition*\xb1\x01\n\x0f\x44irectoryStatus\x12 \n\x1c\x44IRECTORY_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13\x44IRECTORY_STATUS_OK\x10\x01\x12\x1e\n\x1a\x44IRECTORY_STATUS_NOT_OWNER\x10\x02\x12\x1f\n\x1b\x44IRECTORY_STATUS_RECOVERING\x10\x03\x12\"\n\x1e\x44IRECTORY_STATUS_NOT_CONVERGED\x10\x04\x32\xb5\x04\n\x04Mesh\x12J\n\x07\x44\x65liver\x12\x1e.sigx.actors.v1.DeliverRequest\x1a\x1f.sigx.actors.v1.DeliverResponse\x12P\n\rDeliverStream\x12\x1c.sigx.actors.v1.DeliverFrame\x1a\x1d.sigx.actors.v1.DeliverAnswer(\x01\x30\x01\x12G\n\x06Lookup\x12\x1d.sigx.actors.v1.LookupRequest\x1a\x1e.sigx.actors.v1.LookupResponse\x12M\n\x08Register\x12\x1f.sigx.actors.v1.RegisterRequest\x1a .sigx.actors.v1.RegisterResponse\x12S\n\nUnregister\x12!.sigx.actors.v1.UnregisterRequest\x1a\".sigx.actors.v1.UnregisterResponse\x12J\n\x07\x43ollect\x12\x1e.sigx.actors.v1.CollectRequest\x1a\x1f.sigx.actors.v1.CollectResponse\x12V\n\x0bListEntries\x12\".sigx.actors.v1.ListEntriesRequest\x1a#.sigx.actors.v1.ListEntriesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sigx.actors.v1.mesh_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIRECTORYSTATUS']._serialized_start=1951
-  _globals['_DIRECTORYSTATUS']._serialized_end=2128
+  _globals['_DIRECTORYSTATUS']._serialized_start=1996
+  _globals['_DIRECTORYSTATUS']._serialized_end=2173
   _globals['_DELIVERREQUEST']._serialized_start=103
-  _globals['_DELIVERREQUEST']._serialized_end=231
-  _globals['_DELIVERRESPONSE']._serialized_start=233
-  _globals['_DELIVERRESPONSE']._serialized_end=321
-  _globals['_DELIVERFRAME']._serialized_start=323
-  _globals['_DELIVERFRAME']._serialized_end=403
-  _globals['_DELIVERANSWER']._serialized_start=405
-  _globals['_DELIVERANSWER']._serialized_end=488
-  _globals['_DIRECTORYENTRY']._serialized_start=490
-  _globals['_DIRECTORYENTRY']._serialized_end=587
-  _globals['_LOOKUPREQUEST']._serialized_start=589
-  _globals['_LOOKUPREQUEST']._serialized_end=645
-  _globals['_LOOKUPRESPONSE']._serialized_start=648
-  _globals['_LOOKUPRESPONSE']._serialized_end=804
-  _globals['_REGISTERREQUEST']._serialized_start=806
-  _globals['_REGISTERREQUEST']._serialized_end=870
-  _globals['_REGISTERRESPONSE']._serialized_start=873
-  _globals['_REGISTERRESPONSE']._serialized_end=1032
-  _globals['_UNREGISTERREQUEST']._serialized_start=1034
-  _globals['_UNREGISTERREQUEST']._serialized_end=1100
-  _globals['_UNREGISTERRESPONSE']._serialized_start=1103
-  _globals['_UNREGISTERRESPONSE']._serialized_end=1233
-  _globals['_COLLECTREQUEST']._serialized_start=1235
-  _globals['_COLLECTREQUEST']._serialized_end=1311
-  _globals['_COLLECTRESPONSE']._serialized_start=1314
-  _globals['_COLLECTRESPONSE']._serialized_end=1450
-  _globals['_LISTCURSOR']._serialized_start=1452
-  _globals['_LISTCURSOR']._serialized_end=1496
-  _globals['_LISTENTRIESREQUEST']._serialized_start=1498
-  _globals['_LISTENTRIESREQUEST']._serialized_end=1616
-  _globals['_LISTEDENTRY']._serialized_start=1618
-  _globals['_LISTEDENTRY']._serialized_end=1697
-  _globals['_UNLISTEDPARTITION']._serialized_start=1699
-  _globals['_UNLISTEDPARTITION']._serialized_end=1806
-  _globals['_LISTENTRIESRESPONSE']._serialized_start=1809
-  _globals['_LISTENTRIESRESPONSE']._serialized_end=1948
-  _globals['_MESH']._serialized_start=2131
-  _globals['_MESH']._serialized_end=2696
+  _globals['_DELIVERREQUEST']._serialized_end=276
+  _globals['_DELIVERRESPONSE']._serialized_start=278
+  _globals['_DELIVERRESPONSE']._serialized_end=366
+  _globals['_DELIVERFRAME']._serialized_start=368
+  _globals['_DELIVERFRAME']._serialized_end=448
+  _globals['_DELIVERANSWER']._serialized_start=450
+  _globals['_DELIVERANSWER']._serialized_end=533
+  _globals['_DIRECTORYENTRY']._serialized_start=535
+  _globals['_DIRECTORYENTRY']._serialized_end=632
+  _globals['_LOOKUPREQUEST']._serialized_start=634
+  _globals['_LOOKUPREQUEST']._serialized_end=690
+  _globals['_LOOKUPRESPONSE']._serialized_start=693
+  _globals['_LOOKUPRESPONSE']._serialized_end=849
+  _globals['_REGISTERREQUEST']._serialized_start=851
+  _globals['_REGISTERREQUEST']._serialized_end=915
+  _globals['_REGISTERRESPONSE']._serialized_start=918
+  _globals['_REGISTERRESPONSE']._serialized_end=1077
+  _globals['_UNREGISTERREQUEST']._serialized_start=1079
+  _globals['_UNREGISTERREQUEST']._serialized_end=1145
+  _globals['_UNREGISTERRESPONSE']._serialized_start=1148
+  _globals['_UNREGISTERRESPONSE']._serialized_end=1278
+  _globals['_COLLECTREQUEST']._serialized_start=1280
+  _globals['_COLLECTREQUEST']._serialized_end=1356
+  _globals['_COLLECTRESPONSE']._serialized_start=1359
+  _globals['_COLLECTRESPONSE']._serialized_end=1495
+  _globals['_LISTCURSOR']._serialized_start=1497
+  _globals['_LISTCURSOR']._serialized_end=1541
+  _globals['_LISTENTRIESREQUEST']._serialized_start=1543
+  _globals['_LISTENTRIESREQUEST']._serialized_end=1661
+  _globals['_LISTEDENTRY']._serialized_start=1663
+  _globals['_LISTEDENTRY']._serialized_end=1742
+  _globals['_UNLISTEDPARTITION']._serialized_start=1744
+  _globals['_UNLISTEDPARTITION']._serialized_end=1851
+  _globals['_LISTENTRIESRESPONSE']._serialized_start=1854
+  _globals['_LISTENTRIESRESPONSE']._serialized_end=1993
+  _globals['_MESH']._serialized_start=2176
+  _globals['_MESH']._serialized_end=2741
 # @@protoc_insertion_point(module_scope)

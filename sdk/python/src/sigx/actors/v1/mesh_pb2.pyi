@@ -23,18 +23,20 @@ DIRECTORY_STATUS_RECOVERING: DirectoryStatus
 DIRECTORY_STATUS_NOT_CONVERGED: DirectoryStatus
 
 class DeliverRequest(_message.Message):
-    __slots__ = ("actor", "method", "payload", "timeout_ms", "targeted")
+    __slots__ = ("actor", "method", "payload", "timeout_ms", "targeted", "trace")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     TARGETED_FIELD_NUMBER: _ClassVar[int]
+    TRACE_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     method: str
     payload: bytes
     timeout_ms: int
     targeted: bool
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., targeted: _Optional[bool] = ...) -> None: ...
+    trace: _types_pb2.TraceContext
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., targeted: _Optional[bool] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ...) -> None: ...
 
 class DeliverResponse(_message.Message):
     __slots__ = ("ok", "error")

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asigx/actors/v1/types.proto\x12\x0esigx.actors.v1\"+\n\x08\x41\x63torRef\x12\x12\n\nactor_type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"\x19\n\x08TypeList\x12\r\n\x05names\x18\x01 \x03(\t\"\xb7\x02\n\x0eHostDescriptor\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tadvertise\x18\x02 \x01(\t\x12\'\n\x05types\x18\x03 \x01(\x0b\x32\x18.sigx.actors.v1.TypeList\x12\x36\n\x04meta\x18\x04 \x03(\x0b\x32(.sigx.actors.v1.HostDescriptor.MetaEntry\x12*\n\x06status\x18\x05 \x01(\x0e\x32\x1a.sigx.actors.v1.HostStatus\x12\x1a\n\x12started_at_unix_ms\x18\x06 \x01(\x03\x12\x30\n\x0estateful_types\x18\x07 \x01(\x0b\x32\x18.sigx.actors.v1.TypeList\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*s\n\nHostStatus\x12\x1b\n\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13HOST_STATUS_JOINING\x10\x01\x12\x16\n\x12HOST_STATUS_ACTIVE\x10\x02\x12\x17\n\x13HOST_STATUS_LEAVING\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asigx/actors/v1/types.proto\x12\x0esigx.actors.v1\"+\n\x08\x41\x63torRef\x12\x12\n\nactor_type\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"\x19\n\x08TypeList\x12\r\n\x05names\x18\x01 \x03(\t\"\xb7\x02\n\x0eHostDescriptor\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tadvertise\x18\x02 \x01(\t\x12\'\n\x05types\x18\x03 \x01(\x0b\x32\x18.sigx.actors.v1.TypeList\x12\x36\n\x04meta\x18\x04 \x03(\x0b\x32(.sigx.actors.v1.HostDescriptor.MetaEntry\x12*\n\x06status\x18\x05 \x01(\x0e\x32\x1a.sigx.actors.v1.HostStatus\x12\x1a\n\x12started_at_unix_ms\x18\x06 \x01(\x03\x12\x30\n\x0estateful_types\x18\x07 \x01(\x0b\x32\x18.sigx.actors.v1.TypeList\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"7\n\x0cTraceContext\x12\x13\n\x0btraceparent\x18\x01 \x01(\t\x12\x12\n\ntracestate\x18\x02 \x01(\t*s\n\nHostStatus\x12\x1b\n\x17HOST_STATUS_UNSPECIFIED\x10\x00\x12\x17\n\x13HOST_STATUS_JOINING\x10\x01\x12\x16\n\x12HOST_STATUS_ACTIVE\x10\x02\x12\x17\n\x13HOST_STATUS_LEAVING\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,8 +33,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_HOSTDESCRIPTOR_METAENTRY']._loaded_options = None
   _globals['_HOSTDESCRIPTOR_METAENTRY']._serialized_options = b'8\001'
-  _globals['_HOSTSTATUS']._serialized_start=432
-  _globals['_HOSTSTATUS']._serialized_end=547
+  _globals['_HOSTSTATUS']._serialized_start=489
+  _globals['_HOSTSTATUS']._serialized_end=604
   _globals['_ACTORREF']._serialized_start=46
   _globals['_ACTORREF']._serialized_end=89
   _globals['_TYPELIST']._serialized_start=91
@@ -43,4 +43,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HOSTDESCRIPTOR']._serialized_end=430
   _globals['_HOSTDESCRIPTOR_METAENTRY']._serialized_start=387
   _globals['_HOSTDESCRIPTOR_METAENTRY']._serialized_end=430
+  _globals['_TRACECONTEXT']._serialized_start=432
+  _globals['_TRACECONTEXT']._serialized_end=487
 # @@protoc_insertion_point(module_scope)

@@ -56,3 +56,11 @@ class HostDescriptor(_message.Message):
     started_at_unix_ms: int
     stateful_types: TypeList
     def __init__(self, id: _Optional[str] = ..., advertise: _Optional[str] = ..., types: _Optional[_Union[TypeList, _Mapping]] = ..., meta: _Optional[_Mapping[str, str]] = ..., status: _Optional[_Union[HostStatus, str]] = ..., started_at_unix_ms: _Optional[int] = ..., stateful_types: _Optional[_Union[TypeList, _Mapping]] = ...) -> None: ...
+
+class TraceContext(_message.Message):
+    __slots__ = ("traceparent", "tracestate")
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
+    TRACESTATE_FIELD_NUMBER: _ClassVar[int]
+    traceparent: str
+    tracestate: str
+    def __init__(self, traceparent: _Optional[str] = ..., tracestate: _Optional[str] = ...) -> None: ...

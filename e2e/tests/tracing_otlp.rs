@@ -1,0 +1,280 @@
+//! Distributed tracing against a real OpenTelemetry Collector (e2e/otelcol): two real sidecars
+//! exporting over OTLP/gRPC, each with a real counter app; a call made on host A with a known
+//! W3C `traceparent` to an actor that can only live on host B. The collector's file must hold one
+//! trace with the spans of both hosts, linked caller -> mesh -> activation/turn, and the app must
+//! have been handed the turn span's context on its Turn.
+
+mod sdk_support;
+
+use sdk_support::{Proc, Scratch, Sidecar, counter_app, free_port};
+use sigx_e2e::otelcol::{Collector, Span};
+use sigx_sdk::{Client, MemberFilter, proto as v1};
+use std::path::Path;
+use std::time::Duration;
+
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// One host: its sidecar (exporting to `endpoint`) and a counter app writing `trace_file`.
+fn host(
+    scratch: &Scratch,
+    name: &str,
+    endpoint: Option<&str>,
+    trace_file: &Path,
+    workers_only: bool,
+) -> (Sidecar, Proc) {
+    let db = scratch.path("membership.db");
+    let secret = scratch.path("secret");
+    std::fs::write(&secret, "a-test-secret-that-is-not-empty").unwrap();
+    let socket = scratch.path(&format!("{name}.sock"));
+    let (db, secret) = (db.to_str().unwrap(), secret.to_str().unwrap());
+    let mut args = vec![
+        "--membership",
+        "sqlite",
+        "--sqlite-path",
+        db,
+        "--secret-file",
+        secret,
+        "--pod-name",
+        name,
+        "--beat-ms",
+        "1000",
+        "--ttl-ms",
+        "5000",
+    ];
+    if let Some(endpoint) = endpoint {
+        args.extend_from_slice(&["--otlp-endpoint", endpoint]);
+    }
+    // Host A registers only the Echo worker: a Counter can only be placed on host B, so the
+    // call from A always crosses the mesh.
+    if workers_only {
+        args.extend_from_slice(&["--workers", "Echo"]);
+    }
+    let sidecar = Sidecar::start_with(scratch, &socket, &args);
+    let trace = trace_file.to_str().unwrap();
+    let mut env = vec![("COUNTER_TRACE_FILE", trace)];
+    if workers_only {
+        env.push(("SIGX_WORKERS", "Echo"));
+    }
+    let app = counter_app(scratch, &socket, &env);
+    sidecar.wait_ready();
+    (sidecar, app)
+}
+
+/// Waits (bounded) until host `client`'s view shows both hosts.
+async fn converge(client: &Client) {
+    for _ in 0..200 {
+        match client.members(&MemberFilter::active()).await {
+            Ok(m) if m.hosts.len() == 2 => return,
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    panic!("the two hosts did not see each other within 10s");
+}
+
+/// The events of the app's trace file about `actor`.
+fn app_events(path: &Path, actor: &str) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("the app's trace file");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["actor"] == actor)
+        .collect()
+}
+
+fn find<'a>(spans: &'a [Span], name: &str) -> &'a Span {
+    spans
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("no {name} span in the trace: {spans:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
+    let scratch = Scratch::new("otlp");
+    let collector = Collector::start(&scratch.0, free_port());
+    let app_trace = scratch.path("app-trace.jsonl");
+    let (mut a, _app_a) = host(&scratch, "ha", Some(&collector.endpoint), &app_trace, true);
+    let (mut b, _app_b) = host(&scratch, "hb", Some(&collector.endpoint), &app_trace, false);
+    let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
+    converge(&client).await;
+
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
+        tracestate: "sigx=test".into(),
+    }));
+    let reply = traced
+        .call("Counter", "traced", "increment", "1")
+        .await
+        .expect("the traced call");
+    assert_eq!(reply.as_ref(), b"1");
+
+    // A clean stop flushes the batch exporters; then wait (bounded) for the collector's file.
+    assert!(
+        a.proc.terminate(Duration::from_secs(10)).is_some(),
+        "host A stops"
+    );
+    assert!(
+        b.proc.terminate(Duration::from_secs(10)).is_some(),
+        "host B stops"
+    );
+    let names = [
+        "sigx.call",
+        "sigx.mesh.deliver",
+        "sigx.mesh.receive",
+        "sigx.activate",
+        "sigx.turn",
+    ];
+    let all = collector.wait_for(Duration::from_secs(20), |spans| {
+        names
+            .iter()
+            .all(|n| spans.iter().any(|s| s.trace_id == TRACE_ID && s.name == *n))
+    });
+    let spans: Vec<Span> = all
+        .iter()
+        .filter(|s| s.trace_id == TRACE_ID)
+        .cloned()
+        .collect();
+    assert!(
+        names.iter().all(|n| spans.iter().any(|s| s.name == *n)),
+        "the collector did not get every span of the call in trace {TRACE_ID}: got {spans:#?}\n\
+         all spans: {all:#?}\ncollector log:\n{}\nhost A log:\n{}\nhost B log:\n{}",
+        collector.log_text(),
+        a.proc.log_text(),
+        b.proc.log_text()
+    );
+
+    let call = find(&spans, "sigx.call");
+    let deliver = find(&spans, "sigx.mesh.deliver");
+    let receive = find(&spans, "sigx.mesh.receive");
+    let activate = find(&spans, "sigx.activate");
+    let turn = find(&spans, "sigx.turn");
+    // Which host made which span (the resource's sigx.host is `<pod name>-<incarnation>`).
+    for (s, pod) in [
+        (call, "ha-"),
+        (deliver, "ha-"),
+        (receive, "hb-"),
+        (activate, "hb-"),
+        (turn, "hb-"),
+    ] {
+        assert!(s.host.starts_with(pod), "{} made by {:?}", s.name, s.host);
+    }
+    // The parent links: caller's span -> call -> mesh deliver (A) -> mesh receive (B) ->
+    // activation and turn.
+    assert_eq!(call.parent_span_id, CALLER_SPAN, "sigx.call's parent");
+    assert_eq!(
+        deliver.parent_span_id, call.span_id,
+        "the mesh hop's parent"
+    );
+    assert_eq!(receive.parent_span_id, deliver.span_id, "across the mesh");
+    assert_eq!(
+        activate.parent_span_id, receive.span_id,
+        "the activation's parent"
+    );
+    assert_eq!(turn.parent_span_id, receive.span_id, "the turn's parent");
+    assert_eq!(
+        sigx_e2e::otelcol::attribute(&turn.attributes, "sigx.actor.key"),
+        "traced"
+    );
+
+    // The app was handed the turn span's context on the Turn, in the same trace.
+    let handed = app_events(&app_trace, "Counter/traced");
+    let turn_start = handed
+        .iter()
+        .find(|e| e["event"] == "turn-start" && e["method"] == "increment")
+        .unwrap_or_else(|| panic!("no increment turn in the app's trace: {handed:#?}"));
+    assert_eq!(
+        turn_start["traceparent"],
+        format!("00-{TRACE_ID}-{}-01", turn.span_id),
+        "the Turn's traceparent"
+    );
+    let activation = handed
+        .iter()
+        .find(|e| e["event"] == "activation-start")
+        .unwrap_or_else(|| panic!("no activation in the app's trace: {handed:#?}"));
+    assert_eq!(
+        activation["traceparent"],
+        format!("00-{TRACE_ID}-{}-01", activate.span_id),
+        "the Activate turn's traceparent"
+    );
+}
+
+/// With export off the sidecars make no spans, but the caller's context still crosses the mesh:
+/// the app on host B is handed exactly the caller's `traceparent`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_export_off_the_callers_context_passes_through_to_the_turn() {
+    let scratch = Scratch::new("otlp-off");
+    let app_trace = scratch.path("app-trace.jsonl");
+    let (a, _app_a) = host(&scratch, "ha", None, &app_trace, true);
+    let (_b, _app_b) = host(&scratch, "hb", None, &app_trace, false);
+    let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
+    converge(&client).await;
+    let traceparent = format!("00-{TRACE_ID}-{CALLER_SPAN}-01");
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: traceparent.clone(),
+        tracestate: "sigx=test".into(),
+    }));
+    traced
+        .call("Counter", "passed", "increment", "1")
+        .await
+        .expect("the traced call");
+    client
+        .call("Counter", "plain", "increment", "1")
+        .await
+        .expect("the untraced call");
+    let handed = app_events(&app_trace, "Counter/passed");
+    let turn = handed
+        .iter()
+        .find(|e| e["event"] == "turn-start" && e["method"] == "increment")
+        .unwrap_or_else(|| panic!("no increment turn in the app's trace: {handed:#?}"));
+    assert_eq!(
+        turn["traceparent"],
+        traceparent.as_str(),
+        "passed through unchanged"
+    );
+    let plain = app_events(&app_trace, "Counter/plain");
+    assert!(
+        plain.iter().all(|e| e.get("traceparent").is_none()),
+        "an untraced call's turn carries no trace: {plain:#?}"
+    );
+}
+
+/// A collector that is down never fails or holds a call, and the sidecar still stops promptly;
+/// the failed export is logged, naming the endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_that_is_down_costs_no_call_and_is_logged() {
+    let scratch = Scratch::new("otlp-down");
+    let app_trace = scratch.path("app-trace.jsonl");
+    // Nothing listens on this port: every export is refused.
+    let endpoint = format!("http://127.0.0.1:{}", free_port());
+    let (mut a, _app_a) = host(&scratch, "ha", Some(&endpoint), &app_trace, true);
+    let (mut b, _app_b) = host(&scratch, "hb", Some(&endpoint), &app_trace, false);
+    let client = Client::lazy(&a.socket).with_timeout(Duration::from_secs(10));
+    converge(&client).await;
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
+        tracestate: String::new(),
+    }));
+    for i in 1..=20 {
+        let reply = traced
+            .call("Counter", "down", "increment", "1")
+            .await
+            .expect("a call while the collector is down");
+        assert_eq!(reply.as_ref(), i.to_string().as_bytes());
+    }
+    // The stop flushes: the export fails, is logged, and does not hold the stop up.
+    let status = a.proc.terminate(Duration::from_secs(20));
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(0),
+        "host A stops cleanly"
+    );
+    assert!(
+        b.proc.terminate(Duration::from_secs(20)).is_some(),
+        "host B stops"
+    );
+    let log = a.proc.log_text();
+    assert!(
+        log.contains("trace export failed") && log.contains(&endpoint),
+        "host A's log does not report the failed export to {endpoint}:\n{log}"
+    );
+}

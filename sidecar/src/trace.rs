@@ -1,0 +1,389 @@
+//! Distributed tracing: the W3C trace context of a call travels from the app's `Call` (its
+//! `traceparent` / `tracestate` metadata, or `CallRequest.trace`) through the mesh
+//! (`DeliverRequest.trace`) to the app on the `Turn` (`Turn.trace`), and the sidecar's own spans
+//! (call, mesh hop, activation, turn) are exported over OTLP/gRPC when configured.
+//!
+//! The context is carried as the ambient OpenTelemetry [`Context`] of the call's future
+//! ([`FutureExt::with_context`]): every turn of sigx runs in its caller's task (runtime/turn.rs),
+//! so no signature on the call path needs a trace parameter.
+//!
+//! Cost: with export off and an untraced call, one metadata look-up and one branch per call
+//! ([`enabled`] is a `OnceLock` read). With export off and a traced call the context passes
+//! through unchanged (no spans are made): the app still receives the caller's `traceparent`.
+
+use opentelemetry::context::FutureExt;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::{
+    SpanKind, Status as SpanStatus, TraceContextExt, Tracer as _, TracerProvider as _,
+};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_otlp::WithExportConfig;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, Tracer};
+use sigx_proto::{ActorError, v1};
+use std::future::Future;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The exporting tracer, set once by [`init`] (in the sidecar binary only). Unset = export off.
+static TRACER: OnceLock<Tracer> = OnceLock::new();
+
+/// Tracing flags of the sidecar (flattened into `config::Args`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TraceArgs {
+    /// Export the sidecar's spans over OTLP/gRPC to this collector, e.g. `http://otel:4317`.
+    /// Off when unset (the W3C trace context still passes through to the app).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
+    /// The fraction of new traces (calls that arrive without a sampled parent) to record, 0..=1.
+    /// Parent-based: a call whose `traceparent` says sampled is always recorded, one that says
+    /// not sampled never is.
+    #[arg(long, env = "SIGX_TRACE_SAMPLE_RATIO", default_value_t = 1.0)]
+    pub trace_sample_ratio: f64,
+}
+
+/// Why tracing could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The ratio is outside 0..=1.
+    #[error("--trace-sample-ratio {0} is outside 0..=1: give a fraction such as 0.1")]
+    Ratio(f64),
+    /// The OTLP exporter refused its configuration (e.g. a malformed endpoint).
+    #[error("cannot build the OTLP exporter for {endpoint:?}: {reason}; check --otlp-endpoint")]
+    Exporter { endpoint: String, reason: String },
+}
+
+/// The running exporter; [`Tracing::shutdown`] flushes what is queued.
+pub struct Tracing {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Tracing {
+    /// Exports the spans still queued and stops the exporter (clean shutdown). Bounded by the
+    /// SDK's export timeout; a collector that is down costs that long once, then is logged.
+    pub fn shutdown(self) {
+        if let Some(p) = self.provider
+            && let Err(e) = p.shutdown()
+        {
+            tracing::warn!("trace export did not flush at shutdown: {e}");
+        }
+    }
+}
+
+/// Turns export on when `args` names an endpoint. Call inside the tokio runtime (the gRPC
+/// channel lives there) and once per process.
+pub fn init(args: &TraceArgs, host_id: &str) -> Result<Tracing, TraceError> {
+    if !(0.0..=1.0).contains(&args.trace_sample_ratio) {
+        return Err(TraceError::Ratio(args.trace_sample_ratio));
+    }
+    let Some(endpoint) = args.otlp_endpoint.clone().filter(|e| !e.is_empty()) else {
+        return Ok(Tracing { provider: None });
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_tonic()
+        .with_endpoint(endpoint.clone())
+        .build()
+        .map_err(|e| TraceError::Exporter {
+            endpoint: endpoint.clone(),
+            reason: e.to_string(),
+        })?;
+    let resource = opentelemetry_sdk::Resource::builder_empty()
+        .with_service_name("sigx-sidecar")
+        .with_attribute(KeyValue::new("sigx.host", host_id.to_string()))
+        .build();
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(LoggedExporter::new(exporter, endpoint.clone()))
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            args.trace_sample_ratio,
+        ))))
+        .with_resource(resource)
+        .build();
+    let _ = TRACER.set(provider.tracer("sigx-sidecar"));
+    tracing::info!(
+        endpoint,
+        ratio = args.trace_sample_ratio,
+        "exporting traces over OTLP/gRPC"
+    );
+    Ok(Tracing {
+        provider: Some(provider),
+    })
+}
+
+/// Whether this process exports spans.
+pub fn enabled() -> bool {
+    TRACER.get().is_some()
+}
+
+/// The caller's context from W3C headers, if they hold a valid `traceparent`.
+pub fn extract(tc: &v1::TraceContext) -> Option<Context> {
+    if tc.traceparent.is_empty() {
+        return None;
+    }
+    let cx = TraceContextPropagator::new().extract(&Headers(tc));
+    cx.span().span_context().is_valid().then_some(cx)
+}
+
+/// The caller's context from the `traceparent` / `tracestate` metadata of an app's call.
+pub fn extract_metadata(md: &tonic::metadata::MetadataMap) -> Option<Context> {
+    let text = |k: &str| md.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let tc = v1::TraceContext {
+        traceparent: text("traceparent")?,
+        tracestate: text("tracestate").unwrap_or_default(),
+    };
+    extract(&tc)
+}
+
+/// The W3C headers of `cx`'s span, if it has a valid one.
+pub fn inject(cx: &Context) -> Option<v1::TraceContext> {
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut tc = v1::TraceContext::default();
+    TraceContextPropagator::new().inject_context(cx, &mut HeadersMut(&mut tc));
+    Some(tc)
+}
+
+/// The W3C headers of the ambient context (what a turn or a mesh hop hands on).
+pub fn current() -> Option<v1::TraceContext> {
+    Context::map_current(inject)
+}
+
+/// Starts span `name` as a child of `parent` and returns the context holding it. With export
+/// off, `parent` itself (the trace passes through, no span is made).
+pub fn child(
+    parent: &Context,
+    name: &'static str,
+    kind: SpanKind,
+    attrs: Vec<KeyValue>,
+) -> Context {
+    match TRACER.get() {
+        Some(tracer) => {
+            let span = tracer
+                .span_builder(name)
+                .with_kind(kind)
+                .with_attributes(attrs)
+                .start_with_context(tracer, parent);
+            parent.with_span(span)
+        }
+        None => parent.clone(),
+    }
+}
+
+/// A child of the ambient context, or `None` when it carries no trace and export is off.
+/// With export on and no ambient trace, a new root (sampled by the ratio).
+pub fn child_of_current(
+    name: &'static str,
+    kind: SpanKind,
+    attrs: Vec<KeyValue>,
+) -> Option<Context> {
+    let cx = Context::current();
+    (enabled() || cx.span().span_context().is_valid()).then(|| child(&cx, name, kind, attrs))
+}
+
+/// Ends the span of `cx` with the outcome of what it covered: the error kind as `sigx.result`
+/// and an error status, or `ok`.
+pub fn finish<T>(cx: &Context, outcome: &Result<T, ActorError>) {
+    if !enabled() {
+        return;
+    }
+    let span = cx.span();
+    match outcome {
+        Ok(_) => span.set_attribute(KeyValue::new("sigx.result", "ok")),
+        Err(e) => {
+            span.set_attribute(KeyValue::new("sigx.result", e.kind.as_str()));
+            span.set_status(SpanStatus::error(e.message.clone()));
+        }
+    }
+    span.end();
+}
+
+/// Runs `fut` under `cx` (when given) and ends its span with the outcome.
+pub async fn traced<T, F>(cx: Option<Context>, fut: F) -> Result<T, ActorError>
+where
+    F: Future<Output = Result<T, ActorError>>,
+{
+    match cx {
+        None => fut.await,
+        Some(cx) => {
+            let outcome = fut.with_context(cx.clone()).await;
+            finish(&cx, &outcome);
+            outcome
+        }
+    }
+}
+
+/// The attributes every sigx span carries about its actor.
+pub fn actor_attrs(actor: &crate::runtime::ActorId, method: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new("sigx.actor.type", actor.actor_type.to_string()),
+        KeyValue::new("sigx.actor.key", actor.key.to_string()),
+        KeyValue::new("sigx.method", method.to_string()),
+    ]
+}
+
+struct Headers<'a>(&'a v1::TraceContext);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        match key {
+            "traceparent" => Some(&self.0.traceparent),
+            "tracestate" => Some(&self.0.tracestate),
+            _ => None,
+        }
+    }
+    fn keys(&self) -> Vec<&str> {
+        vec!["traceparent", "tracestate"]
+    }
+}
+
+struct HeadersMut<'a>(&'a mut v1::TraceContext);
+
+impl Injector for HeadersMut<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        match key {
+            "traceparent" => self.0.traceparent = value,
+            "tracestate" => self.0.tracestate = value,
+            _ => {}
+        }
+    }
+}
+
+/// The OTLP exporter, with its failures logged at doubling intervals (the 1st, 2nd, 4th, 8th …
+/// failed batch) and its recovery logged once: a collector that is down never floods the log,
+/// and never blocks a turn (the batch processor's queue drops spans when full).
+#[derive(Debug)]
+struct LoggedExporter<E> {
+    inner: E,
+    endpoint: String,
+    failures: AtomicU64,
+}
+
+impl<E> LoggedExporter<E> {
+    fn new(inner: E, endpoint: String) -> Self {
+        LoggedExporter {
+            inner,
+            endpoint,
+            failures: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one export's result; returns the failure count to log, if this one is logged.
+    fn record(&self, ok: bool) -> Option<u64> {
+        if ok {
+            let before = self.failures.swap(0, Ordering::Relaxed);
+            if before > 0 {
+                tracing::info!(endpoint = %self.endpoint, "trace export recovered after {before} failed batch(es)");
+            }
+            return None;
+        }
+        let n = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        n.is_power_of_two().then_some(n)
+    }
+}
+
+impl<E: opentelemetry_sdk::trace::SpanExporter> opentelemetry_sdk::trace::SpanExporter
+    for LoggedExporter<E>
+{
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let spans = batch.len();
+        let result = self.inner.export(batch).await;
+        if let Some(n) = self.record(result.is_ok())
+            && let Err(e) = &result
+        {
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                "trace export failed ({n} batch(es) so far; {spans} span(s) dropped): {e}; \
+                 is the collector at --otlp-endpoint up?"
+            );
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> opentelemetry_sdk::error::OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &opentelemetry_sdk::Resource) {
+        self.inner.set_resource(resource);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn passes_the_context_through_unchanged_when_export_is_off() {
+        let tc = v1::TraceContext {
+            traceparent: PARENT.into(),
+            tracestate: "vendor=x".into(),
+        };
+        let cx = extract(&tc).expect("a valid traceparent");
+        let out = inject(&child(&cx, "t", SpanKind::Internal, vec![])).expect("a span");
+        assert_eq!(out, tc);
+    }
+
+    #[test]
+    fn ignores_malformed_and_missing_traceparents() {
+        for bad in [
+            "",
+            "00-zz-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        ] {
+            let tc = v1::TraceContext {
+                traceparent: bad.into(),
+                tracestate: String::new(),
+            };
+            assert!(extract(&tc).is_none(), "{bad:?} was taken");
+        }
+        assert!(current().is_none(), "no ambient trace outside a call");
+    }
+
+    #[test]
+    fn refuses_a_ratio_outside_zero_to_one_and_stays_off_without_an_endpoint() {
+        for ratio in [-0.1, 1.5, f64::NAN] {
+            let args = TraceArgs {
+                otlp_endpoint: None,
+                trace_sample_ratio: ratio,
+            };
+            assert!(
+                matches!(init(&args, "h"), Err(TraceError::Ratio(_))),
+                "{ratio} was taken"
+            );
+        }
+        let args = TraceArgs {
+            otlp_endpoint: Some(String::new()),
+            trace_sample_ratio: 0.5,
+        };
+        init(&args, "h")
+            .expect("an empty endpoint is off")
+            .shutdown();
+        assert!(!enabled(), "no endpoint, no export");
+    }
+
+    #[test]
+    fn logs_export_failures_at_doubling_intervals() {
+        let e = LoggedExporter::new((), "x".into());
+        let logged: Vec<u64> = (0..20).filter_map(|_| e.record(false)).collect();
+        assert_eq!(logged, vec![1, 2, 4, 8, 16]);
+        assert_eq!(e.record(true), None);
+        assert_eq!(
+            e.record(false),
+            Some(1),
+            "counting restarts after a recovery"
+        );
+    }
+}
