@@ -47,6 +47,7 @@ pub mod load;
 pub mod memory;
 pub mod postgres;
 pub mod provider;
+mod rows;
 pub mod sqlite;
 pub mod view;
 

@@ -18,9 +18,7 @@
 
 use super::descriptor::HostDescriptor;
 use super::heartbeat::LostCause;
-use super::provider::{
-    Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
-};
+use super::provider::{ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError};
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use std::path::{Path, PathBuf};
@@ -201,23 +199,12 @@ fn record_from(
     ttl_ms: i64,
     version: i64,
 ) -> Result<LeaseRecord, ProviderError> {
-    let descriptor =
-        HostDescriptor::from_json(&descriptor).map_err(|e| ProviderError::Malformed {
-            provider: KIND,
-            id: id.clone(),
-            detail: e.to_string(),
-        })?;
-    Ok(LeaseRecord {
-        descriptor,
-        holder,
-        renew: version.to_string(),
-        ttl: Duration::from_millis(ttl_ms.max(0) as u64),
-        version: version as u64,
-    })
+    super::rows::lease_record(KIND, id, holder, &descriptor, ttl_ms, version)
 }
 
 /// One change-log row. A delete row names the holder only when that holder withdrew its own
-/// record (see [`Change::Delete::withdrawn`]); a peer's expiry leaves it empty.
+/// record (see [`super::provider::Change::Delete::withdrawn`]); a peer's expiry leaves it
+/// empty.
 enum LogRow<'a> {
     Upsert {
         holder: &'a str,
@@ -492,16 +479,9 @@ fn read_changes(conn: &mut Connection, cursor: Option<u64>) -> Result<ChangeBatc
             let mut changes = Vec::new();
             for row in rows {
                 let (seq, id, kind, holder, descriptor, ttl_ms) = row.map_err(e)?;
-                changes.push(match (kind.as_str(), holder, descriptor, ttl_ms) {
-                    ("upsert", Some(holder), Some(descriptor), Some(ttl_ms)) => {
-                        Change::Upsert(record_from(id, holder, descriptor, ttl_ms, seq)?)
-                    }
-                    (_, holder, _, _) => Change::Delete {
-                        id,
-                        version: seq as u64,
-                        withdrawn: holder.is_some(),
-                    },
-                });
+                changes.push(super::rows::change_row(
+                    KIND, seq, id, &kind, holder, descriptor, ttl_ms,
+                )?);
             }
             ChangeBatch::Changes {
                 changes,

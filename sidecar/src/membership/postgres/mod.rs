@@ -425,14 +425,6 @@ impl PostgresProvider {
     }
 }
 
-fn malformed(id: &str, detail: impl std::fmt::Display) -> ProviderError {
-    ProviderError::Malformed {
-        provider: KIND,
-        id: id.to_string(),
-        detail: detail.to_string(),
-    }
-}
-
 /// A lease row (`id, holder, descriptor, ttl_ms, version`) as a record.
 fn record(
     id: String,
@@ -441,35 +433,13 @@ fn record(
     ttl_ms: i64,
     version: i64,
 ) -> Result<LeaseRecord, ProviderError> {
-    let descriptor = HostDescriptor::from_json(descriptor).map_err(|e| malformed(&id, e))?;
-    Ok(LeaseRecord {
-        descriptor,
-        holder,
-        renew: version.to_string(),
-        ttl: Duration::from_millis(ttl_ms.max(0) as u64),
-        version: version as u64,
-    })
+    super::rows::lease_record(KIND, id, holder, descriptor, ttl_ms, version)
 }
 
 /// One change-log row as a change. A delete names the holder only when the holder withdrew.
 fn change(r: &Row) -> Result<Change, ProviderError> {
-    let seq: i64 = r.get(0);
-    let id: String = r.get(1);
     let op: String = r.get(2);
-    let holder: Option<String> = r.get(3);
-    let descriptor: Option<String> = r.get(4);
-    let ttl_ms: Option<i64> = r.get(5);
-    Ok(match (op.as_str(), holder, descriptor, ttl_ms) {
-        ("upsert", Some(holder), Some(descriptor), Some(ttl_ms)) => {
-            Change::Upsert(record(id, holder, &descriptor, ttl_ms, seq)?)
-        }
-        ("upsert", ..) => return Err(malformed(&id, format!("change {seq} lacks its record"))),
-        (_, holder, _, _) => Change::Delete {
-            id,
-            version: seq as u64,
-            withdrawn: holder.is_some(),
-        },
-    })
+    super::rows::change_row(KIND, r.get(0), r.get(1), &op, r.get(3), r.get(4), r.get(5))
 }
 
 enum RawBatch {
