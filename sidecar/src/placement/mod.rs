@@ -10,14 +10,16 @@
 //! * [`router`]: the routing loop that retries exactly `unreachable`, `wrong-host` and
 //!   `unplaceable` — the three answers that prove a call never ran — and the inbound side.
 
+pub mod inbound;
 pub mod locator;
 pub mod policy;
 pub mod rebalance;
 pub mod router;
 pub mod routes;
 
+pub use inbound::Inbound;
 pub use policy::{PlacementRng, Policy};
-pub use router::{Inbound, Locator, Router, RouterConfig};
+pub use router::{Locator, Router, RouterConfig};
 pub use routes::RouteCache;
 
 use crate::membership::{HostDescriptor, HostStatus, MembershipView};

@@ -7,11 +7,11 @@
 //! delays calls but fails none. A call whose connection died in flight is `outcome-unknown` and
 //! is never retried: only the caller knows whether its method is idempotent.
 
-use super::{PlacementRng, Policy, RouteCache, choose_with, eligible, is_eligible};
+use super::{PlacementRng, Policy, RouteCache, choose_with, eligible};
 use crate::app::Dispatcher;
 use crate::health::HostState;
 use crate::membership::{LoadBoard, MemberFilter, MembershipHandle, MembershipView};
-use crate::mesh::{DeliverHandler, MeshCallError, MeshClient, PeerAddr};
+use crate::mesh::{MeshCallError, MeshClient, PeerAddr};
 use crate::runtime::{ActorId, Runtime};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -92,13 +92,13 @@ impl Default for RouterConfig {
 pub struct Router {
     me: Arc<str>,
     cfg: RouterConfig,
-    membership: MembershipHandle,
-    runtime: Runtime,
+    pub(super) membership: MembershipHandle,
+    pub(super) runtime: Runtime,
     mesh: Arc<MeshClient>,
     locator: Arc<dyn Locator>,
-    state: Arc<HostState>,
+    pub(super) state: Arc<HostState>,
     routes: RouteCache,
-    counters: RouterCounters,
+    pub(super) counters: RouterCounters,
     loads: Arc<LoadBoard>,
 }
 
@@ -589,109 +589,5 @@ impl Dispatcher for Router {
                 },
             ),
         )
-    }
-}
-
-/// Runs calls delivered by peers.
-pub struct Inbound {
-    runtime: Runtime,
-    membership: MembershipHandle,
-    counters: Arc<Router>,
-}
-
-impl Inbound {
-    /// The inbound side of `router`.
-    pub fn new(router: Arc<Router>) -> Self {
-        Inbound {
-            runtime: router.runtime.clone(),
-            membership: router.membership.clone(),
-            counters: router,
-        }
-    }
-}
-
-#[async_trait]
-impl DeliverHandler for Inbound {
-    async fn deliver(
-        &self,
-        peer: &str,
-        req: v1::DeliverRequest,
-        deadline: Instant,
-    ) -> Result<Bytes, ActorError> {
-        let Some(actor) = req.actor.as_ref().map(ActorId::from_proto) else {
-            return Err(ActorError::invalid("Deliver without an actor"));
-        };
-        // The receiving side of the hop: a child of the caller's `sigx.mesh.deliver` span.
-        let parent = req.trace.as_ref().and_then(crate::trace::extract);
-        let cx = (parent.is_some() || crate::trace::enabled()).then(|| {
-            let mut attrs = crate::trace::actor_attrs(&actor, &req.method);
-            attrs.push(opentelemetry::KeyValue::new("sigx.peer", peer.to_string()));
-            crate::trace::child(
-                &parent.unwrap_or_default(),
-                "sigx.mesh.receive",
-                opentelemetry::trace::SpanKind::Server,
-                attrs,
-            )
-        });
-        crate::trace::traced(cx, self.run_delivered(peer, actor, req, deadline)).await
-    }
-}
-
-impl Inbound {
-    /// Runs a delivered call here, or answers why it must go elsewhere.
-    async fn run_delivered(
-        &self,
-        peer: &str,
-        actor: ActorId,
-        req: v1::DeliverRequest,
-        deadline: Instant,
-    ) -> Result<Bytes, ActorError> {
-        self.counters
-            .counters
-            .inbound_deliveries
-            .fetch_add(1, Ordering::Relaxed);
-        let me = self.membership.self_id();
-        if self.membership.check_lease().is_err() || self.counters.state.fence_reason().is_some() {
-            // A peer calling into a fenced host gets the answer it can act on: go elsewhere.
-            return Err(ActorError::unreachable(format!(
-                "host {me} is fenced: the call never ran; re-place it"
-            )));
-        }
-        match self.runtime.registers(&actor.actor_type) {
-            // The receiving side enforces registration too: wrong-host with no owner hint, so
-            // the caller evicts its route and re-places (never a terminal 404).
-            None => Err(ActorError::wrong_host(format!(
-                "host {me} does not register type {:?} (called by {peer}): it never ran; re-place",
-                actor.actor_type
-            ))),
-            Some(true) if req.targeted => Err(ActorError::invalid(format!(
-                "{:?} is a stateful actor type: DispatchOn targets workers only",
-                actor.actor_type
-            ))),
-            Some(true) => {
-                // Only an active host takes new activations; the gate answers for that, and
-                // the runtime routes calls to live activations even while leaving.
-                let view = self.membership.view();
-                let self_desc = view.get(me);
-                if !self.runtime.is_active(&actor)
-                    && !self_desc.is_some_and(|d| is_eligible(d, &actor.actor_type))
-                {
-                    return Err(ActorError::wrong_host(format!(
-                        "host {me} is not accepting new activations ({}): it never ran; re-place",
-                        self_desc
-                            .map(|d| d.status.as_str())
-                            .unwrap_or("not in its own view")
-                    )));
-                }
-                self.runtime
-                    .invoke(&actor, &req.method, req.payload, deadline)
-                    .await
-            }
-            Some(false) => {
-                self.runtime
-                    .invoke(&actor, &req.method, req.payload, deadline)
-                    .await
-            }
-        }
     }
 }
