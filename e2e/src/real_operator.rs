@@ -96,6 +96,16 @@ impl Drop for Operator {
     }
 }
 
+/// A fresh control plane with the CRDs, the namespace `ops`, a client for it, and an operator
+/// watching every namespace: what the real-operator tests start from.
+pub async fn start_in_ops() -> (ControlPlane, kube::Client, Operator) {
+    let cp = ControlPlane::start_with_crds();
+    let client = cp.client("ops").await;
+    crate::controlplane::create_namespace(&client, "ops").await;
+    let operator = Operator::spawn(&cp);
+    (cp, client, operator)
+}
+
 /// Prints the last `n` lines of a process's log to stderr (for a failing test's output).
 pub fn print_log_tail(name: &str, log: &std::path::Path, n: usize) {
     let text = std::fs::read_to_string(log).unwrap_or_default();

@@ -4,86 +4,11 @@
 
 mod sdk_support;
 
+use sdk_support::dev_up::DevUp;
 use sdk_support::{Scratch, bin};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
-use tokio::time::Instant;
-
-/// A running `sigx dev up`, its output collected line by line.
-struct DevUp {
-    child: Child,
-    dir: PathBuf,
-    lines: Arc<(Mutex<Vec<String>>, Condvar)>,
-}
-
-impl DevUp {
-    fn start(scratch: &Scratch, args: &[&str]) -> DevUp {
-        let dir = scratch.path("d");
-        let mut child = Command::new(bin("sigx"))
-            .args(["dev", "up", "--dir"])
-            .arg(&dir)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run sigx dev up");
-        let lines = Arc::new((Mutex::new(Vec::new()), Condvar::new()));
-        for stream in [
-            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
-            Box::new(child.stderr.take().unwrap()),
-        ] {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    lines.0.lock().unwrap().push(line);
-                    lines.1.notify_all();
-                }
-            });
-        }
-        DevUp { child, dir, lines }
-    }
-
-    fn socket(&self, host: usize) -> PathBuf {
-        self.dir.join(format!("host-{host}/sidecar.sock"))
-    }
-
-    fn wait_running(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut seen = self.lines.0.lock().unwrap();
-        loop {
-            if seen.iter().any(|l| l.starts_with("running; Ctrl-C")) {
-                return;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let text = seen.join("\n");
-                drop(seen);
-                panic!("sigx dev up never said it was running:\n{text}");
-            }
-            seen = self.lines.1.wait_timeout(seen, left).unwrap().0;
-        }
-    }
-}
-
-impl Drop for DevUp {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = Command::new("kill")
-                .args(["-INT", &self.child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn sigx(args: &[&str], socket: &Path) -> Output {
     Command::new(bin("sigx"))

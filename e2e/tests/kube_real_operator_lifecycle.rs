@@ -20,8 +20,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use sigx_crds::{ActorCluster, ActorRole};
-use sigx_e2e::controlplane::{self, ControlPlane};
-use sigx_e2e::real_operator::{Ns, Operator, eventually};
+use sigx_e2e::real_operator::{Ns, eventually, start_in_ops};
 
 const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
 
@@ -413,29 +412,20 @@ async fn ready_means_the_rollout_completed(client: &kube::Client) {
     .await;
 }
 
-/// A fresh control plane with the CRDs and an operator watching every namespace.
-async fn start() -> (ControlPlane, kube::Client, Operator) {
-    let cp = ControlPlane::start_with_crds();
-    let client = cp.client("ops").await;
-    controlplane::create_namespace(&client, "ops").await;
-    let operator = Operator::spawn(&cp);
-    (cp, client, operator)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_cluster_with_live_roles_background_and_foreground() {
-    let (_cp, client, _operator) = start().await;
+    let (_cp, client, _operator) = start_in_ops().await;
     deleting_a_cluster_keeps_its_roles_running(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_with_a_resource_quota_admits_the_pods() {
-    let (_cp, client, _operator) = start().await;
+    let (_cp, client, _operator) = start_in_ops().await;
     a_resource_quota_admits_the_pods(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn role_status_reports_rollouts_and_refusals() {
-    let (_cp, client, _operator) = start().await;
+    let (_cp, client, _operator) = start_in_ops().await;
     ready_means_the_rollout_completed(&client).await;
 }

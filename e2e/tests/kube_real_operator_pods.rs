@@ -19,8 +19,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use sigx_crds::ActorRole;
-use sigx_e2e::controlplane::{self, ControlPlane};
-use sigx_e2e::real_operator::{Ns, Operator, eventually};
+use sigx_e2e::real_operator::{Ns, eventually, start_in_ops};
 
 const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
 
@@ -191,22 +190,14 @@ async fn colliding_ports_and_host_network_stall_the_role(client: &kube::Client) 
     assert_eq!(health.container_port, 9191);
 }
 
-async fn start() -> (ControlPlane, kube::Client, Operator) {
-    let cp = ControlPlane::start_with_crds();
-    let client = cp.client("ops").await;
-    controlplane::create_namespace(&client, "ops").await;
-    let operator = Operator::spawn(&cp);
-    (cp, client, operator)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_role_runs_as_its_own_service_account_with_lease_access() {
-    let (_cp, client, _operator) = start().await;
+    let (_cp, client, _operator) = start_in_ops().await;
     own_account_and_admitted_pods(&client).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn colliding_ports_and_host_network_are_refused_as_stalled() {
-    let (_cp, client, _operator) = start().await;
+    let (_cp, client, _operator) = start_in_ops().await;
     colliding_ports_and_host_network_stall_the_role(&client).await;
 }

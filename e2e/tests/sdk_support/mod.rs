@@ -5,6 +5,8 @@
 //! `cargo build -p sigx-sidecar -p sigx-example-counter -p sigx-cli`.
 #![allow(dead_code)]
 
+pub mod dev_up;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
