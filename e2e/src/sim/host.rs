@@ -208,10 +208,65 @@ pub async fn run(
             runtime.reminder_nudge(),
         )
     };
+    // Rebalancing, as `bring_up` wires it: loads on the renewals, the redirect gate in front
+    // of the directory's claim, and rounds every period (recorded when they ask for moves).
+    let directory_gate: Arc<dyn sigx_sidecar::runtime::gate::ActivationGate> = if cfg.rebalance {
+        let rt = runtime.clone();
+        membership.set_load_source(Arc::new(move || sigx_sidecar::membership::LoadSample {
+            activations: rt.activation_count() as u64,
+            turns_total: rt
+                .counters()
+                .turns
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }));
+        let rcfg = sigx_sidecar::placement::rebalance::RebalanceConfig {
+            min_idle: Duration::from_millis(50),
+            ..sigx_sidecar::placement::rebalance::RebalanceConfig::for_beat(cfg.beat)
+        };
+        let rebalancer = Arc::new(sigx_sidecar::placement::rebalance::Rebalancer::new(
+            rcfg,
+            membership.clone(),
+            runtime.clone(),
+        ));
+        let (r, m, sh, host) = (
+            rebalancer.clone(),
+            membership.clone(),
+            shared.clone(),
+            me.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(rcfg.period).await;
+                if m.fence_state().is_some() {
+                    return;
+                }
+                // A suspended VM runs nothing (as the reminder owner's guard above).
+                if host.is_suspended() || host.life() != Life::Serving {
+                    continue;
+                }
+                let asked = r.round();
+                if asked > 0 {
+                    sh.record(
+                        &host,
+                        Ev::RebalanceAsked {
+                            host: host.id.clone(),
+                            asked,
+                        },
+                    );
+                }
+            }
+        });
+        Arc::new(sigx_sidecar::placement::rebalance::RebalanceGate::new(
+            Arc::new(directory.gate()),
+            rebalancer,
+        ))
+    } else {
+        Arc::new(directory.gate())
+    };
     late_gate.set(sigx_sidecar::host::turns::bound_by_lease(
         &runtime,
         &membership,
-        Arc::new(directory.gate()),
+        directory_gate,
     ));
 
     // 4. The mesh server.

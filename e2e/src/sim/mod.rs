@@ -91,6 +91,9 @@ pub struct SimConfig {
     pub reminder_ownership_frozen: bool,
     /// A deliberately broken state store without its epoch fence (checker tests only).
     pub state_check: state::StateCheck,
+    /// Rebalancing on (the production rebalancer and its redirect gate, as `bring_up` wires
+    /// them): a host above its peers' mean hands idle activations away while faults run.
+    pub rebalance: bool,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
     /// one named schedule per hole, see [`faults::corpus`]). Random scenario only.
     pub schedule: Option<Schedule>,
@@ -123,6 +126,7 @@ impl SimConfig {
             deletion_check: DeletionCheck::WaitForLapse,
             reminder_ownership_frozen: false,
             state_check: state::StateCheck::Fenced,
+            rebalance: false,
             schedule: None,
         }
     }
@@ -233,6 +237,8 @@ pub struct SimReport {
     pub calls: u64,
     pub ok_calls: u64,
     pub activations: u64,
+    /// Activations the rebalancers asked to move (`SimConfig::rebalance`).
+    pub rebalance_asked: u64,
     /// Each host's state at the end.
     pub hosts_at_end: Vec<String>,
 }
@@ -1097,6 +1103,13 @@ pub fn run(cfg: SimConfig) -> SimReport {
         .iter()
         .filter(|e| matches!(e.ev, Ev::ActStart { .. }))
         .count() as u64;
+    let rebalance_asked = history
+        .iter()
+        .map(|e| match e.ev {
+            Ev::RebalanceAsked { asked, .. } => asked as u64,
+            _ => 0,
+        })
+        .sum();
     let figures = d.figures.clone();
     // The hosts' handles (membership, directory) reach back to their `HostShared` through the
     // simulated store: break that cycle, or every run's hosts (4096 directory partitions each)
@@ -1118,6 +1131,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         calls,
         ok_calls,
         activations,
+        rebalance_asked,
         hosts_at_end,
     }
 }

@@ -114,6 +114,12 @@ pub enum Ev {
         actor: String,
         name: String,
     },
+    /// A host's rebalancer asked `asked` idle activations to move (the production
+    /// `Rebalancer::round`; only with `SimConfig::rebalance`).
+    RebalanceAsked {
+        host: String,
+        asked: usize,
+    },
     /// A fault of the schedule was applied.
     Fault(String),
 }
