@@ -452,6 +452,7 @@ async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Fi
                     payload: Bytes::from_static(PAYLOAD),
                     timeout_ms: 0,
                     trace: None,
+                    locality: 0,
                 })
                 .await
                 .unwrap();

@@ -7,15 +7,18 @@
 //!   so) until the template stops naming it;
 //! - the pods the API server admits carry the `/drain` preStop hook and no fixed UID;
 //! - a template whose ports collide with the sidecar's, or with `hostNetwork`, is refused as a
-//!   Stalled condition naming the reason.
+//!   Stalled condition naming the reason;
+//! - a pod bound to a node gets the node's zone label from the API server's PodTopologyLabels
+//!   admission, and the sidecar's `SIGX_ZONE` resolves to it (locality's `meta.zone`).
 //!
 //! Needs `make controlplane` and `cargo build --workspace --bins`.
 
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Binding, Node, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 use sigx_crds::ActorRole;
@@ -200,4 +203,94 @@ async fn a_role_runs_as_its_own_service_account_with_lease_access() {
 async fn colliding_ports_and_host_network_are_refused_as_stalled() {
     let (_cp, client, _operator) = start_in_ops().await;
     colliding_ports_and_host_network_stall_the_role(&client).await;
+}
+
+/// The zone reaches the sidecar without the operator reading Nodes: the downward API cannot
+/// read a Node's labels, but the API server copies the node's `topology.kubernetes.io/zone`
+/// onto the Pod when the scheduler binds it (PodTopologyLabels, on by default since 1.35), and
+/// the sidecar's `SIGX_ZONE` is a downward-API reference to that Pod label.
+async fn a_bound_pod_carries_its_nodes_zone_to_the_sidecar(client: &kube::Client) {
+    // The node exists before its pod is bound, as in a real cluster: the admission plugin
+    // reads nodes from its informer, which a node created a moment before the binding may not
+    // have reached yet.
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "worker-zb-1", "labels": {
+            "topology.kubernetes.io/zone": "eu-west-1b",
+            "topology.kubernetes.io/region": "eu-west-1"}},
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let ns = Ns::create(client, "zones", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("engine", 1, json!({})).await;
+    let pods = eventually("a pod of engine admitted", || async {
+        Some(ns.pods_of("engine").await).filter(|p| !p.is_empty())
+    })
+    .await;
+    let name = pods[0].name_any();
+    // What kube-scheduler does: a Binding of the pod to the node.
+    let binding: Binding = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "worker-zb-1"},
+    }))
+    .unwrap();
+    let pods_api = ns.api::<Pod>();
+    let _: serde_json::Value = pods_api
+        .create_subresource(
+            "binding",
+            &name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .unwrap();
+    let pod = pods_api.get(&name).await.unwrap();
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("worker-zb-1")
+    );
+    assert_eq!(
+        pod.labels()
+            .get("topology.kubernetes.io/zone")
+            .map(String::as_str),
+        Some("eu-west-1b"),
+        "the API server copied the node's zone onto the pod: {:?}",
+        pod.labels()
+    );
+    let sidecar = pod
+        .spec
+        .as_ref()
+        .unwrap()
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == "sigx-sidecar")
+        .unwrap();
+    let path = sidecar
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "SIGX_ZONE")
+        .and_then(|e| e.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.clone())
+        .expect("SIGX_ZONE from the downward API");
+    // Resolve the reference as the kubelet does: `metadata.labels['<key>']`.
+    let key = path
+        .strip_prefix("metadata.labels['")
+        .and_then(|k| k.strip_suffix("']"))
+        .unwrap_or_else(|| panic!("SIGX_ZONE reads a pod label, not {path}"));
+    assert_eq!(
+        pod.labels().get(key).map(String::as_str),
+        Some("eu-west-1b")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_bound_to_a_node_gets_the_nodes_zone_for_its_sidecar() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_bound_pod_carries_its_nodes_zone_to_the_sidecar(&client).await;
 }

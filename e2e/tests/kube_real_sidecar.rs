@@ -80,6 +80,7 @@ fn host(scratch: &Scratch, config: &Path, name: &str, uid: &str) -> Host {
         .env("POD_NAMESPACE", NS)
         .env("POD_UID", uid)
         .env("NODE_NAME", "node-1")
+        .env("SIGX_ZONE", "zone-a")
         .env("KUBECONFIG", config)
         .env("RUST_LOG", "info")
         .env_remove("KUBERNETES_SERVICE_HOST");
@@ -168,6 +169,14 @@ async fn sidecars_on_real_leases_join_renew_expire_leave_and_fence() {
             .clone()
             .unwrap();
         assert!(holder.starts_with(&lease.name_any()), "{holder}");
+        // The descriptor peers read publishes the node and zone (locality's input).
+        let descriptor: serde_json::Value =
+            serde_json::from_str(&lease.annotations()["actors.sigx.dev/descriptor"]).unwrap();
+        assert_eq!(
+            (&descriptor["meta"]["node"], &descriptor["meta"]["zone"]),
+            (&serde_json::json!("node-1"), &serde_json::json!("zone-a")),
+            "{descriptor}"
+        );
     }
     within(
         "every host sees three",

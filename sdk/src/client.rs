@@ -113,6 +113,8 @@ pub struct Client {
     /// metadata): a turn's client carries its turn's, so calls made from inside a turn continue
     /// the caller's trace.
     trace: Option<v1::TraceContext>,
+    /// Where new activations this client's calls create should go (`with_locality`).
+    locality: v1::Locality,
 }
 
 impl std::fmt::Debug for Client {
@@ -133,6 +135,7 @@ impl Client {
             socket: Arc::new(socket.to_path_buf()),
             timeout: None,
             trace: None,
+            locality: v1::Locality::Any,
         }
     }
 
@@ -168,6 +171,16 @@ impl Client {
     pub fn with_timeout(&self, timeout: Duration) -> Self {
         Client {
             timeout: Some(timeout),
+            ..self.clone()
+        }
+    }
+
+    /// This client with a placement preference on its calls: an actor a call activates goes
+    /// to a host on the calling sidecar's node (`SameNode`) or zone (`SameZone`) when one is
+    /// eligible, else anywhere eligible. Actors already active stay where they are.
+    pub fn with_locality(&self, locality: v1::Locality) -> Self {
+        Client {
+            locality,
             ..self.clone()
         }
     }
@@ -240,6 +253,7 @@ impl Client {
             timeout_ms: self.timeout_ms(),
             // Sent as metadata by `request`.
             trace: None,
+            locality: self.locality as i32,
         });
         let mut inner = self.inner.clone();
         match inner.call(request).await {

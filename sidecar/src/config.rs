@@ -129,6 +129,13 @@ pub struct Args {
     #[arg(long, env = "NODE_NAME")]
     pub node: Option<String>,
 
+    /// The zone this host runs in, published as meta.zone, for callers that ask for
+    /// same-zone placement (`CallRequest.locality`). On Kubernetes the operator fills it from
+    /// the node's `topology.kubernetes.io/zone` label (copied onto the pod at binding). Empty
+    /// means no zone.
+    #[arg(long, env = "SIGX_ZONE")]
+    pub zone: Option<String>,
+
     /// The cluster secret for mesh HMAC (prefer --secret-file).
     #[arg(long, env = "SIGX_SECRET", hide_env_values = true)]
     pub secret: Option<String>,
@@ -335,6 +342,8 @@ pub struct Config {
     pub pod_name: Option<String>,
     pub pod_uid: Option<String>,
     pub node: Option<String>,
+    /// The zone published as `meta.zone` (`--zone`; empty reads as none).
+    pub zone: Option<String>,
     /// `None` means insecure (stated explicitly).
     pub secret: Option<Secret>,
     pub beat: Duration,
@@ -414,6 +423,7 @@ impl std::fmt::Debug for Config {
             .field("cluster", &self.cluster)
             .field("role", &self.role)
             .field("node", &self.node)
+            .field("zone", &self.zone)
             .field("secret", &self.secret)
             .field("beat", &self.beat)
             .field("ttl", &self.ttl)
@@ -725,6 +735,7 @@ impl Args {
             pod_name: self.pod_name,
             pod_uid: self.pod_uid,
             node: self.node.filter(|n| !n.trim().is_empty()),
+            zone: self.zone.filter(|z| !z.trim().is_empty()),
             secret,
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),

@@ -186,6 +186,7 @@ async fn serve_refusals_and_call_errors_carry_the_standard_rich_error_model() {
             payload: Default::default(),
             timeout_ms: 2_000,
             trace: None,
+            locality: 0,
         })
         .await
         .expect_err("an unknown type fails");
@@ -400,6 +401,7 @@ async fn an_unknown_type_in_a_cluster_answers_a_code_generic_clients_do_not_retr
             payload: Default::default(),
             timeout_ms: 5_000,
             trace: None,
+            locality: 0,
         })
         .await
         .expect_err("an unknown type fails");

@@ -315,6 +315,7 @@ async fn bad_reminder_requests_are_refused_by_name_and_store_nothing() {
             payload: Default::default(),
             timeout_ms: 1000,
             trace: None,
+            locality: 0,
         })
         .await
         .unwrap_err();

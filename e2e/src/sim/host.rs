@@ -569,6 +569,7 @@ async fn call(
             "work".into(),
             Bytes::from(id.to_string()),
             deadline,
+            sigx_sidecar::placement::Locality::Any,
         )
         .await;
     tracing::debug!(host = %p.me.id, actor = %a, ?r, "sim: call done");

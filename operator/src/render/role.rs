@@ -7,8 +7,10 @@
 //! - the app containers and the sidecar share an `emptyDir` holding the sidecar's Unix socket,
 //!   and every app container gets `SIGX_SOCKET` pointing at it;
 //! - the sidecar learns its identity from the downward API (`POD_NAME`, `POD_NAMESPACE`,
-//!   `POD_UID`, `POD_IP`, `NODE_NAME` from `spec.nodeName`, published as `meta.node`), and the
-//!   cluster's settings from `SIGX_*` variables;
+//!   `POD_UID`, `POD_IP`, `NODE_NAME` from `spec.nodeName`, published as `meta.node`, and
+//!   `SIGX_ZONE` from the pod's `topology.kubernetes.io/zone` label, which the API server's
+//!   PodTopologyLabels admission copies from the node at binding, published as `meta.zone`),
+//!   and the cluster's settings from `SIGX_*` variables;
 //! - pods are labelled with cluster, role and one `actors.sigx.dev/type.<Type>: "true"` per
 //!   registered type;
 //! - only the sidecar holds an API token (projected into it alone); the app talks to its sidecar,

@@ -130,6 +130,10 @@ fn sidecar_learns_its_identity_from_the_downward_api() {
         ("POD_UID", "metadata.uid"),
         ("POD_IP", "status.podIP"),
         ("NODE_NAME", "spec.nodeName"),
+        (
+            "SIGX_ZONE",
+            "metadata.labels['topology.kubernetes.io/zone']",
+        ),
     ] {
         let field = env(s, name)
             .and_then(|e| e.value_from.as_ref())

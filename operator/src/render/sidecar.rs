@@ -97,6 +97,11 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
         field_env("POD_UID", "metadata.uid"),
         field_env("POD_IP", "status.podIP"),
         field_env("NODE_NAME", "spec.nodeName"),
+        // The downward API cannot read a Node's labels, but Kubernetes' PodTopologyLabels
+        // admission plugin (on by default since 1.35) copies the node's zone label onto the
+        // Pod when it is bound, before the kubelet starts a container: the env resolves to it.
+        // On older servers the label is absent and the env empty, which reads as "no zone".
+        field_env("SIGX_ZONE", ZONE_FIELD),
     ]);
     let mut mounts = vec![socket_mount()];
     match secret {
@@ -284,6 +289,9 @@ pub(super) fn plain_env(name: &str, value: &str) -> EnvVar {
         value_from: None,
     }
 }
+
+/// The pod label PodTopologyLabels copies from its node, as a downward-API field path.
+pub const ZONE_FIELD: &str = "metadata.labels['topology.kubernetes.io/zone']";
 
 pub(super) fn field_env(name: &str, path: &str) -> EnvVar {
     EnvVar {

@@ -85,6 +85,62 @@ func (DeactivateReason) EnumDescriptor() ([]byte, []int) {
 	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{0}
 }
 
+// A caller's placement preference for new activations, relative to the host the call enters
+// (the sidecar the app called). Hosts publish their node (`meta.node`, from NODE_NAME) and zone
+// (`meta.zone`, from SIGX_ZONE: on Kubernetes the operator fills it from the node's
+// `topology.kubernetes.io/zone` label).
+type Locality int32
+
+const (
+	// No preference: the type's placement policy over every eligible host.
+	Locality_LOCALITY_ANY Locality = 0
+	// A host on the caller's node, else one in the caller's zone, else any.
+	Locality_LOCALITY_SAME_NODE Locality = 1
+	// A host in the caller's zone, else any.
+	Locality_LOCALITY_SAME_ZONE Locality = 2
+)
+
+// Enum value maps for Locality.
+var (
+	Locality_name = map[int32]string{
+		0: "LOCALITY_ANY",
+		1: "LOCALITY_SAME_NODE",
+		2: "LOCALITY_SAME_ZONE",
+	}
+	Locality_value = map[string]int32{
+		"LOCALITY_ANY":       0,
+		"LOCALITY_SAME_NODE": 1,
+		"LOCALITY_SAME_ZONE": 2,
+	}
+)
+
+func (x Locality) Enum() *Locality {
+	p := new(Locality)
+	*p = x
+	return p
+}
+
+func (x Locality) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Locality) Descriptor() protoreflect.EnumDescriptor {
+	return file_sigx_actors_v1_app_proto_enumTypes[1].Descriptor()
+}
+
+func (Locality) Type() protoreflect.EnumType {
+	return &file_sigx_actors_v1_app_proto_enumTypes[1]
+}
+
+func (x Locality) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Locality.Descriptor instead.
+func (Locality) EnumDescriptor() ([]byte, []int) {
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+}
+
 // Which members to list.
 type MemberStatusFilter int32
 
@@ -118,11 +174,11 @@ func (x MemberStatusFilter) String() string {
 }
 
 func (MemberStatusFilter) Descriptor() protoreflect.EnumDescriptor {
-	return file_sigx_actors_v1_app_proto_enumTypes[1].Descriptor()
+	return file_sigx_actors_v1_app_proto_enumTypes[2].Descriptor()
 }
 
 func (MemberStatusFilter) Type() protoreflect.EnumType {
-	return &file_sigx_actors_v1_app_proto_enumTypes[1]
+	return &file_sigx_actors_v1_app_proto_enumTypes[2]
 }
 
 func (x MemberStatusFilter) Number() protoreflect.EnumNumber {
@@ -131,7 +187,7 @@ func (x MemberStatusFilter) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MemberStatusFilter.Descriptor instead.
 func (MemberStatusFilter) EnumDescriptor() ([]byte, []int) {
-	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{1}
+	return file_sigx_actors_v1_app_proto_rawDescGZIP(), []int{2}
 }
 
 // Asks where an actor is active.
@@ -2802,7 +2858,11 @@ type CallRequest struct {
 	// The caller's W3C trace context, for clients that cannot set gRPC metadata. The standard
 	// `traceparent` / `tracestate` metadata of the Call (what OpenTelemetry's gRPC instrumentation
 	// sends) wins when present. The actor's turn is handed a child of it (`Turn.trace`).
-	Trace         *TraceContext `protobuf:"bytes,5,opt,name=trace,proto3" json:"trace,omitempty"`
+	Trace *TraceContext `protobuf:"bytes,5,opt,name=trace,proto3" json:"trace,omitempty"`
+	// Where a new activation should go, when this call creates one: near the calling host. Only
+	// placement is affected: an actor already active elsewhere is called where it is, and a
+	// preference no eligible host satisfies falls back (same node, then same zone, then any).
+	Locality      Locality `protobuf:"varint,6,opt,name=locality,proto3,enum=sigx.actors.v1.Locality" json:"locality,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2870,6 +2930,13 @@ func (x *CallRequest) GetTrace() *TraceContext {
 		return x.Trace
 	}
 	return nil
+}
+
+func (x *CallRequest) GetLocality() Locality {
+	if x != nil {
+		return x.Locality
+	}
+	return Locality_LOCALITY_ANY
 }
 
 // The result of a successful call. Failures are gRPC errors carrying an ErrorDetail.
@@ -3475,14 +3542,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\aoutcome\"T\n" +
 	"\tTurnError\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.sigx.actors.v1.ErrorKindR\x04kind\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"\xc2\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\xf8\x01\n" +
 	"\vCallRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x16\n" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x122\n" +
-	"\x05trace\x18\x05 \x01(\v2\x1c.sigx.actors.v1.TraceContextR\x05trace\"(\n" +
+	"\x05trace\x18\x05 \x01(\v2\x1c.sigx.actors.v1.TraceContextR\x05trace\x124\n" +
+	"\blocality\x18\x06 \x01(\x0e2\x18.sigx.actors.v1.LocalityR\blocality\"(\n" +
 	"\fCallResponse\x12\x18\n" +
 	"\apayload\x18\x01 \x01(\fR\apayload\"j\n" +
 	"\x0eMembersRequest\x12:\n" +
@@ -3518,7 +3586,11 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x1dDEACTIVATE_REASON_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEACTIVATE_REASON_IDLE\x10\x01\x12\x1e\n" +
 	"\x1aDEACTIVATE_REASON_SHUTDOWN\x10\x02\x12 \n" +
-	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*S\n" +
+	"\x1cDEACTIVATE_REASON_SUPERSEDED\x10\x03*L\n" +
+	"\bLocality\x12\x10\n" +
+	"\fLOCALITY_ANY\x10\x00\x12\x16\n" +
+	"\x12LOCALITY_SAME_NODE\x10\x01\x12\x16\n" +
+	"\x12LOCALITY_SAME_ZONE\x10\x02*S\n" +
 	"\x12MemberStatusFilter\x12\x1f\n" +
 	"\x1bMEMBER_STATUS_FILTER_ACTIVE\x10\x00\x12\x1c\n" +
 	"\x18MEMBER_STATUS_FILTER_ANY\x10\x012\xfc\b\n" +
@@ -3552,136 +3624,138 @@ func file_sigx_actors_v1_app_proto_rawDescGZIP() []byte {
 	return file_sigx_actors_v1_app_proto_rawDescData
 }
 
-var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sigx_actors_v1_app_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_sigx_actors_v1_app_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_sigx_actors_v1_app_proto_goTypes = []any{
 	(DeactivateReason)(0),          // 0: sigx.actors.v1.DeactivateReason
-	(MemberStatusFilter)(0),        // 1: sigx.actors.v1.MemberStatusFilter
-	(*LocateRequest)(nil),          // 2: sigx.actors.v1.LocateRequest
-	(*LocateResponse)(nil),         // 3: sigx.actors.v1.LocateResponse
-	(*ListActorsRequest)(nil),      // 4: sigx.actors.v1.ListActorsRequest
-	(*ListActorsResponse)(nil),     // 5: sigx.actors.v1.ListActorsResponse
-	(*ActorLocation)(nil),          // 6: sigx.actors.v1.ActorLocation
-	(*SkippedPartitions)(nil),      // 7: sigx.actors.v1.SkippedPartitions
-	(*SetTimerRequest)(nil),        // 8: sigx.actors.v1.SetTimerRequest
-	(*SetTimerResponse)(nil),       // 9: sigx.actors.v1.SetTimerResponse
-	(*CancelTimerRequest)(nil),     // 10: sigx.actors.v1.CancelTimerRequest
-	(*CancelTimerResponse)(nil),    // 11: sigx.actors.v1.CancelTimerResponse
-	(*SetReminderRequest)(nil),     // 12: sigx.actors.v1.SetReminderRequest
-	(*SetReminderResponse)(nil),    // 13: sigx.actors.v1.SetReminderResponse
-	(*DeleteReminderRequest)(nil),  // 14: sigx.actors.v1.DeleteReminderRequest
-	(*DeleteReminderResponse)(nil), // 15: sigx.actors.v1.DeleteReminderResponse
-	(*ListRemindersRequest)(nil),   // 16: sigx.actors.v1.ListRemindersRequest
-	(*ListRemindersResponse)(nil),  // 17: sigx.actors.v1.ListRemindersResponse
-	(*ReminderInfo)(nil),           // 18: sigx.actors.v1.ReminderInfo
-	(*ReadStateRequest)(nil),       // 19: sigx.actors.v1.ReadStateRequest
-	(*ReadStateResponse)(nil),      // 20: sigx.actors.v1.ReadStateResponse
-	(*StateEntry)(nil),             // 21: sigx.actors.v1.StateEntry
-	(*StateWrite)(nil),             // 22: sigx.actors.v1.StateWrite
-	(*AppMessage)(nil),             // 23: sigx.actors.v1.AppMessage
-	(*Drain)(nil),                  // 24: sigx.actors.v1.Drain
-	(*Register)(nil),               // 25: sigx.actors.v1.Register
-	(*ActorTypeSpec)(nil),          // 26: sigx.actors.v1.ActorTypeSpec
-	(*WorkerTypeSpec)(nil),         // 27: sigx.actors.v1.WorkerTypeSpec
-	(*SidecarMessage)(nil),         // 28: sigx.actors.v1.SidecarMessage
-	(*FenceNotice)(nil),            // 29: sigx.actors.v1.FenceNotice
-	(*Registered)(nil),             // 30: sigx.actors.v1.Registered
-	(*Turn)(nil),                   // 31: sigx.actors.v1.Turn
-	(*TimerTick)(nil),              // 32: sigx.actors.v1.TimerTick
-	(*Reminder)(nil),               // 33: sigx.actors.v1.Reminder
-	(*Activate)(nil),               // 34: sigx.actors.v1.Activate
-	(*Invoke)(nil),                 // 35: sigx.actors.v1.Invoke
-	(*Deactivate)(nil),             // 36: sigx.actors.v1.Deactivate
-	(*TurnResult)(nil),             // 37: sigx.actors.v1.TurnResult
-	(*TurnError)(nil),              // 38: sigx.actors.v1.TurnError
-	(*CallRequest)(nil),            // 39: sigx.actors.v1.CallRequest
-	(*CallResponse)(nil),           // 40: sigx.actors.v1.CallResponse
-	(*MembersRequest)(nil),         // 41: sigx.actors.v1.MembersRequest
-	(*MembersResponse)(nil),        // 42: sigx.actors.v1.MembersResponse
-	(*DispatchOnRequest)(nil),      // 43: sigx.actors.v1.DispatchOnRequest
-	(*StatusRequest)(nil),          // 44: sigx.actors.v1.StatusRequest
-	(*TypeActivations)(nil),        // 45: sigx.actors.v1.TypeActivations
-	(*StatusResponse)(nil),         // 46: sigx.actors.v1.StatusResponse
-	nil,                            // 47: sigx.actors.v1.StatusResponse.CountersEntry
-	(*ActorRef)(nil),               // 48: sigx.actors.v1.ActorRef
-	(*TraceContext)(nil),           // 49: sigx.actors.v1.TraceContext
-	(ErrorKind)(0),                 // 50: sigx.actors.v1.ErrorKind
-	(*HostDescriptor)(nil),         // 51: sigx.actors.v1.HostDescriptor
+	(Locality)(0),                  // 1: sigx.actors.v1.Locality
+	(MemberStatusFilter)(0),        // 2: sigx.actors.v1.MemberStatusFilter
+	(*LocateRequest)(nil),          // 3: sigx.actors.v1.LocateRequest
+	(*LocateResponse)(nil),         // 4: sigx.actors.v1.LocateResponse
+	(*ListActorsRequest)(nil),      // 5: sigx.actors.v1.ListActorsRequest
+	(*ListActorsResponse)(nil),     // 6: sigx.actors.v1.ListActorsResponse
+	(*ActorLocation)(nil),          // 7: sigx.actors.v1.ActorLocation
+	(*SkippedPartitions)(nil),      // 8: sigx.actors.v1.SkippedPartitions
+	(*SetTimerRequest)(nil),        // 9: sigx.actors.v1.SetTimerRequest
+	(*SetTimerResponse)(nil),       // 10: sigx.actors.v1.SetTimerResponse
+	(*CancelTimerRequest)(nil),     // 11: sigx.actors.v1.CancelTimerRequest
+	(*CancelTimerResponse)(nil),    // 12: sigx.actors.v1.CancelTimerResponse
+	(*SetReminderRequest)(nil),     // 13: sigx.actors.v1.SetReminderRequest
+	(*SetReminderResponse)(nil),    // 14: sigx.actors.v1.SetReminderResponse
+	(*DeleteReminderRequest)(nil),  // 15: sigx.actors.v1.DeleteReminderRequest
+	(*DeleteReminderResponse)(nil), // 16: sigx.actors.v1.DeleteReminderResponse
+	(*ListRemindersRequest)(nil),   // 17: sigx.actors.v1.ListRemindersRequest
+	(*ListRemindersResponse)(nil),  // 18: sigx.actors.v1.ListRemindersResponse
+	(*ReminderInfo)(nil),           // 19: sigx.actors.v1.ReminderInfo
+	(*ReadStateRequest)(nil),       // 20: sigx.actors.v1.ReadStateRequest
+	(*ReadStateResponse)(nil),      // 21: sigx.actors.v1.ReadStateResponse
+	(*StateEntry)(nil),             // 22: sigx.actors.v1.StateEntry
+	(*StateWrite)(nil),             // 23: sigx.actors.v1.StateWrite
+	(*AppMessage)(nil),             // 24: sigx.actors.v1.AppMessage
+	(*Drain)(nil),                  // 25: sigx.actors.v1.Drain
+	(*Register)(nil),               // 26: sigx.actors.v1.Register
+	(*ActorTypeSpec)(nil),          // 27: sigx.actors.v1.ActorTypeSpec
+	(*WorkerTypeSpec)(nil),         // 28: sigx.actors.v1.WorkerTypeSpec
+	(*SidecarMessage)(nil),         // 29: sigx.actors.v1.SidecarMessage
+	(*FenceNotice)(nil),            // 30: sigx.actors.v1.FenceNotice
+	(*Registered)(nil),             // 31: sigx.actors.v1.Registered
+	(*Turn)(nil),                   // 32: sigx.actors.v1.Turn
+	(*TimerTick)(nil),              // 33: sigx.actors.v1.TimerTick
+	(*Reminder)(nil),               // 34: sigx.actors.v1.Reminder
+	(*Activate)(nil),               // 35: sigx.actors.v1.Activate
+	(*Invoke)(nil),                 // 36: sigx.actors.v1.Invoke
+	(*Deactivate)(nil),             // 37: sigx.actors.v1.Deactivate
+	(*TurnResult)(nil),             // 38: sigx.actors.v1.TurnResult
+	(*TurnError)(nil),              // 39: sigx.actors.v1.TurnError
+	(*CallRequest)(nil),            // 40: sigx.actors.v1.CallRequest
+	(*CallResponse)(nil),           // 41: sigx.actors.v1.CallResponse
+	(*MembersRequest)(nil),         // 42: sigx.actors.v1.MembersRequest
+	(*MembersResponse)(nil),        // 43: sigx.actors.v1.MembersResponse
+	(*DispatchOnRequest)(nil),      // 44: sigx.actors.v1.DispatchOnRequest
+	(*StatusRequest)(nil),          // 45: sigx.actors.v1.StatusRequest
+	(*TypeActivations)(nil),        // 46: sigx.actors.v1.TypeActivations
+	(*StatusResponse)(nil),         // 47: sigx.actors.v1.StatusResponse
+	nil,                            // 48: sigx.actors.v1.StatusResponse.CountersEntry
+	(*ActorRef)(nil),               // 49: sigx.actors.v1.ActorRef
+	(*TraceContext)(nil),           // 50: sigx.actors.v1.TraceContext
+	(ErrorKind)(0),                 // 51: sigx.actors.v1.ErrorKind
+	(*HostDescriptor)(nil),         // 52: sigx.actors.v1.HostDescriptor
 }
 var file_sigx_actors_v1_app_proto_depIdxs = []int32{
-	48, // 0: sigx.actors.v1.LocateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	6,  // 1: sigx.actors.v1.ListActorsResponse.actors:type_name -> sigx.actors.v1.ActorLocation
-	7,  // 2: sigx.actors.v1.ListActorsResponse.skipped:type_name -> sigx.actors.v1.SkippedPartitions
-	48, // 3: sigx.actors.v1.ActorLocation.actor:type_name -> sigx.actors.v1.ActorRef
-	48, // 4: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	48, // 5: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	48, // 6: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	48, // 7: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	48, // 8: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	18, // 9: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
-	48, // 10: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	21, // 11: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	25, // 12: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	37, // 13: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	24, // 14: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	26, // 15: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	27, // 16: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	30, // 17: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	31, // 18: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	29, // 19: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	48, // 20: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 21: sigx.actors.v1.Turn.trace:type_name -> sigx.actors.v1.TraceContext
-	34, // 22: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	35, // 23: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	36, // 24: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	33, // 25: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
-	32, // 26: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	49, // 0: sigx.actors.v1.LocateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	7,  // 1: sigx.actors.v1.ListActorsResponse.actors:type_name -> sigx.actors.v1.ActorLocation
+	8,  // 2: sigx.actors.v1.ListActorsResponse.skipped:type_name -> sigx.actors.v1.SkippedPartitions
+	49, // 3: sigx.actors.v1.ActorLocation.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 4: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 5: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 6: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 7: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 8: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	19, // 9: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	49, // 10: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	22, // 11: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	26, // 12: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	38, // 13: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	25, // 14: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	27, // 15: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	28, // 16: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	31, // 17: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	32, // 18: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	30, // 19: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	49, // 20: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	50, // 21: sigx.actors.v1.Turn.trace:type_name -> sigx.actors.v1.TraceContext
+	35, // 22: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	36, // 23: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	37, // 24: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	34, // 25: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	33, // 26: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
 	0,  // 27: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	38, // 28: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	22, // 29: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	50, // 30: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	48, // 31: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 32: sigx.actors.v1.CallRequest.trace:type_name -> sigx.actors.v1.TraceContext
-	1,  // 33: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	51, // 34: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	48, // 35: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	51, // 36: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	45, // 37: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	47, // 38: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	42, // 39: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	23, // 40: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	39, // 41: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	41, // 42: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	43, // 43: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	41, // 44: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	44, // 45: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	19, // 46: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	8,  // 47: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
-	10, // 48: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
-	12, // 49: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
-	14, // 50: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
-	16, // 51: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
-	2,  // 52: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
-	4,  // 53: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
-	28, // 54: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	40, // 55: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	42, // 56: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	40, // 57: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	42, // 58: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	46, // 59: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	20, // 60: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	9,  // 61: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
-	11, // 62: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
-	13, // 63: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
-	15, // 64: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
-	17, // 65: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
-	3,  // 66: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
-	5,  // 67: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
-	54, // [54:68] is the sub-list for method output_type
-	40, // [40:54] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	39, // 28: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	23, // 29: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	51, // 30: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	49, // 31: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	50, // 32: sigx.actors.v1.CallRequest.trace:type_name -> sigx.actors.v1.TraceContext
+	1,  // 33: sigx.actors.v1.CallRequest.locality:type_name -> sigx.actors.v1.Locality
+	2,  // 34: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	52, // 35: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	49, // 36: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	52, // 37: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	46, // 38: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	48, // 39: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	43, // 40: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	24, // 41: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	40, // 42: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	42, // 43: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	44, // 44: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	42, // 45: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	45, // 46: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	20, // 47: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	9,  // 48: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	11, // 49: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	13, // 50: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	15, // 51: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	17, // 52: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	3,  // 53: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
+	5,  // 54: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
+	29, // 55: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	41, // 56: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	43, // 57: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	41, // 58: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	43, // 59: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	47, // 60: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	21, // 61: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	10, // 62: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	12, // 63: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	14, // 64: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	16, // 65: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	18, // 66: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	4,  // 67: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
+	6,  // 68: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
+	55, // [55:69] is the sub-list for method output_type
+	41, // [41:55] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }
@@ -3725,7 +3799,7 @@ func file_sigx_actors_v1_app_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sigx_actors_v1_app_proto_rawDesc), len(file_sigx_actors_v1_app_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -31,13 +31,15 @@ pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 /// the routing loop and membership in a cluster.
 #[async_trait]
 pub trait Dispatcher: Send + Sync + 'static {
-    /// Runs a call wherever the actor lives (or a worker, here).
+    /// Runs a call wherever the actor lives (or a worker, here); a new activation goes where
+    /// `locality` prefers.
     async fn call(
         &self,
         actor: ActorId,
         method: String,
         payload: Bytes,
         deadline: Instant,
+        locality: crate::placement::Locality,
     ) -> Result<Bytes, ActorError>;
 
     /// One attempt at a worker method on a chosen host.
@@ -280,6 +282,7 @@ impl ActorHost for AppService {
         });
         let req = request.into_inner();
         let actor = actor_of(req.actor.as_ref(), "actor")?;
+        let locality = crate::placement::Locality::from_proto(req.locality)?;
         check_payload(req.payload.len(), self.max_payload())?;
         if req.method.is_empty() {
             return Err(ActorError::invalid("method is empty: name the method to call").into());
@@ -305,7 +308,7 @@ impl ActorHost for AppService {
         let answer = crate::trace::traced(
             cx,
             self.dispatcher
-                .call(actor, req.method, req.payload, deadline),
+                .call(actor, req.method, req.payload, deadline, locality),
         )
         .await;
         let kind = match &answer {

@@ -297,6 +297,9 @@ pub(crate) async fn bring_up(b: BringUp) {
     if let Some(node) = &cfg.node {
         descriptor.meta.insert("node".into(), node.clone());
     }
+    if let Some(zone) = cfg.zone.as_ref().filter(|z| !z.is_empty()) {
+        descriptor.meta.insert("zone".into(), zone.clone());
+    }
     descriptor.meta.insert("role".into(), cfg.role.clone());
     descriptor.started_at_unix_ms = opts.clock.wall_unix_ms();
 

@@ -128,9 +128,10 @@ impl Dispatcher for LateDispatcher {
         method: String,
         payload: Bytes,
         deadline: Instant,
+        locality: crate::placement::Locality,
     ) -> Result<Bytes, ActorError> {
         match self.inner.get() {
-            Some(d) => d.call(actor, method, payload, deadline).await,
+            Some(d) => d.call(actor, method, payload, deadline, locality).await,
             None => Err(joining(&self.host)),
         }
     }

@@ -18,6 +18,7 @@ pub struct LocalDispatcher {
     pub(crate) state: Arc<HostState>,
     pub(crate) started_at_unix_ms: i64,
     pub(crate) node: Option<String>,
+    pub(crate) zone: Option<String>,
 }
 
 impl LocalDispatcher {
@@ -30,10 +31,9 @@ impl LocalDispatcher {
             id: self.runtime.config().host_id.clone(),
             advertise: String::new(),
             types: Some(v1::TypeList { names: types }),
-            meta: self
-                .node
-                .iter()
-                .map(|n| ("node".to_string(), n.clone()))
+            meta: [("node", &self.node), ("zone", &self.zone)]
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v.clone()?)))
                 .collect(),
             status: if self.state.leaving() {
                 v1::HostStatus::Leaving
@@ -74,7 +74,9 @@ impl Dispatcher for LocalDispatcher {
         method: String,
         payload: Bytes,
         deadline: Instant,
+        _locality: crate::placement::Locality,
     ) -> Result<Bytes, ActorError> {
+        // One host: every activation is here, whatever the caller prefers.
         self.runtime
             .invoke(&actor, &method, payload, deadline)
             .await

@@ -288,6 +288,7 @@ impl Host {
             state: state.clone(),
             started_at_unix_ms,
             node: cfg.node.clone(),
+            zone: cfg.zone.clone(),
         });
         let late_dispatcher = Arc::new(LateDispatcher::new(cfg.host_id.clone(), local.clone()));
         let dispatcher: Arc<dyn Dispatcher> = if clustered {

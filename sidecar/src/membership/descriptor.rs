@@ -214,6 +214,14 @@ impl HostDescriptor {
             .filter(|n| !n.is_empty())
     }
 
+    /// The `zone` meta entry, if the host reported one.
+    pub fn zone(&self) -> Option<&str> {
+        self.meta
+            .get("zone")
+            .map(String::as_str)
+            .filter(|z| !z.is_empty())
+    }
+
     /// The protobuf form.
     pub fn to_proto(&self) -> v1::HostDescriptor {
         v1::HostDescriptor {

@@ -4,6 +4,7 @@
 //!
 //! * [`policy`]: `random` (default), `prefer-local` and `least-loaded` (per cluster, and per
 //!   type with [`RouterConfig::type_policies`]).
+//! * [`locality`]: a caller's same-node / same-zone preference narrows the eligible hosts.
 //! * [`rebalance`]: a host far above its peers' mean hands idle activations away.
 //! * [`routes`]: the route cache, keyed on the view `Arc` (always right: a new view is a new
 //!   cache).
@@ -11,6 +12,7 @@
 //!   `unplaceable` — the three answers that prove a call never ran — and the inbound side.
 
 pub mod inbound;
+pub mod locality;
 pub mod locator;
 pub mod policy;
 pub mod rebalance;
@@ -18,6 +20,7 @@ pub mod router;
 pub mod routes;
 
 pub use inbound::Inbound;
+pub use locality::Locality;
 pub use policy::{PlacementRng, Policy};
 pub use router::{Locator, Router, RouterConfig};
 pub use routes::RouteCache;

@@ -7,7 +7,7 @@
 //! delays calls but fails none. A call whose connection died in flight is `outcome-unknown` and
 //! is never retried: only the caller knows whether its method is idempotent.
 
-use super::{PlacementRng, Policy, RouteCache, choose_with, eligible};
+use super::{Locality, PlacementRng, Policy, RouteCache, eligible};
 use crate::app::Dispatcher;
 use crate::health::HostState;
 use crate::membership::{LoadBoard, MemberFilter, MembershipHandle, MembershipView};
@@ -181,6 +181,7 @@ impl Router {
         actor: &ActorId,
         hint: Option<String>,
         deadline: Instant,
+        locality: Locality,
     ) -> Result<(String, Found), ActorError> {
         let ty = &*actor.actor_type;
         if !self.is_stateful_type(view, ty) {
@@ -188,7 +189,7 @@ impl Router {
             if self.runtime.registers(ty) == Some(false) {
                 return Ok((self.me.to_string(), Found::Decided));
             }
-            return Ok((self.place(view, ty)?.id.clone(), Found::Decided));
+            return Ok((self.place(view, ty, locality)?.id.clone(), Found::Decided));
         }
         if let Some(h) = hint
             && view.get(&h).is_some_and(|d| d.registers(ty))
@@ -209,14 +210,16 @@ impl Router {
                 return Ok((h, Found::Decided));
             }
         }
-        Ok((self.place(&now, ty)?.id.clone(), Found::Decided))
+        Ok((self.place(&now, ty, locality)?.id.clone(), Found::Decided))
     }
 
-    /// A host for a new activation of `ty`, by the type's policy.
+    /// A host for a new activation of `ty`, by the type's policy among the eligible hosts the
+    /// caller's locality keeps.
     fn place<'v>(
         &self,
         view: &'v MembershipView,
         ty: &str,
+        locality: Locality,
     ) -> Result<&'v crate::membership::HostDescriptor, ActorError> {
         let policy = self
             .cfg
@@ -224,14 +227,15 @@ impl Router {
             .get(ty)
             .copied()
             .unwrap_or(self.cfg.policy);
-        choose_with(
-            policy,
-            view,
-            ty,
-            &self.me,
-            self.cfg.rng.as_ref(),
-            Some(&self.loads),
-        )
+        let candidates = locality.narrow(eligible(view, ty), view.get(&self.me));
+        policy
+            .pick_with(
+                &candidates,
+                &self.me,
+                self.cfg.rng.as_ref(),
+                Some(&self.loads),
+            )
+            .ok_or_else(|| super::unplaceable(view, ty))
     }
 
     async fn attempt(
@@ -300,14 +304,27 @@ impl Router {
         .await
     }
 
-    /// The routing loop.
-    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor, method))]
+    /// The routing loop, with no placement preference.
     pub async fn route(
         &self,
         actor: &ActorId,
         method: &str,
         payload: Bytes,
         deadline: Instant,
+    ) -> Result<Bytes, ActorError> {
+        self.route_near(actor, method, payload, deadline, Locality::Any)
+            .await
+    }
+
+    /// The routing loop; a new activation goes where `locality` prefers.
+    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor, method))]
+    pub async fn route_near(
+        &self,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+        locality: Locality,
     ) -> Result<Bytes, ActorError> {
         if let Some(reason) = self.state.fence_reason() {
             // A worker this host registers runs here as before (seed: a fenced host keeps
@@ -331,7 +348,13 @@ impl Router {
         loop {
             let mut last_target = None;
             let resolved = self
-                .resolve(&self.membership.view(), actor, hint.take(), deadline)
+                .resolve(
+                    &self.membership.view(),
+                    actor,
+                    hint.take(),
+                    deadline,
+                    locality,
+                )
                 .await;
             // The view the target was chosen in (resolve may have waited on the directory).
             let view = self.membership.view();
@@ -461,8 +484,10 @@ impl Dispatcher for Router {
         method: String,
         payload: Bytes,
         deadline: Instant,
+        locality: Locality,
     ) -> Result<Bytes, ActorError> {
-        self.route(&actor, &method, payload, deadline).await
+        self.route_near(&actor, &method, payload, deadline, locality)
+            .await
     }
 
     async fn dispatch_on(

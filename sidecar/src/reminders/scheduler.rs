@@ -313,6 +313,7 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
             REMINDER_METHOD.to_string(),
             delivery(&row),
             deadline,
+            crate::placement::Locality::Any,
         )
         .await;
     let now = ctx.clock.wall_unix_ms();

@@ -317,6 +317,7 @@ pub async fn call(
         payload: Bytes::copy_from_slice(payload),
         timeout_ms,
         trace: None,
+        locality: 0,
     })
     .await
     .map(|r| r.into_inner().payload)

@@ -16,6 +16,12 @@ class DeactivateReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DEACTIVATE_REASON_SHUTDOWN: _ClassVar[DeactivateReason]
     DEACTIVATE_REASON_SUPERSEDED: _ClassVar[DeactivateReason]
 
+class Locality(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOCALITY_ANY: _ClassVar[Locality]
+    LOCALITY_SAME_NODE: _ClassVar[Locality]
+    LOCALITY_SAME_ZONE: _ClassVar[Locality]
+
 class MemberStatusFilter(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     MEMBER_STATUS_FILTER_ACTIVE: _ClassVar[MemberStatusFilter]
@@ -24,6 +30,9 @@ DEACTIVATE_REASON_UNSPECIFIED: DeactivateReason
 DEACTIVATE_REASON_IDLE: DeactivateReason
 DEACTIVATE_REASON_SHUTDOWN: DeactivateReason
 DEACTIVATE_REASON_SUPERSEDED: DeactivateReason
+LOCALITY_ANY: Locality
+LOCALITY_SAME_NODE: Locality
+LOCALITY_SAME_ZONE: Locality
 MEMBER_STATUS_FILTER_ACTIVE: MemberStatusFilter
 MEMBER_STATUS_FILTER_ANY: MemberStatusFilter
 
@@ -396,18 +405,20 @@ class TurnError(_message.Message):
     def __init__(self, kind: _Optional[_Union[_errors_pb2.ErrorKind, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class CallRequest(_message.Message):
-    __slots__ = ("actor", "method", "payload", "timeout_ms", "trace")
+    __slots__ = ("actor", "method", "payload", "timeout_ms", "trace", "locality")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
+    LOCALITY_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     method: str
     payload: bytes
     timeout_ms: int
     trace: _types_pb2.TraceContext
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ...) -> None: ...
+    locality: Locality
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., method: _Optional[str] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., locality: _Optional[_Union[Locality, str]] = ...) -> None: ...
 
 class CallResponse(_message.Message):
     __slots__ = ("payload",)
