@@ -114,8 +114,11 @@ pub struct CallLatency {
 
 const CALL_HISTOGRAM: &str = "sigx_call_duration_seconds";
 
+/// One sample line of a scrape: its metric name, its labels, its value.
+type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+
 /// `name{a="x",b="y"} value` → (name, labels, value).
-fn sample(line: &str) -> Option<(&str, Vec<(&str, &str)>, f64)> {
+fn sample(line: &str) -> Option<Sample<'_>> {
     let (head, value) = line.rsplit_once(' ')?;
     let value: f64 = value.parse().ok()?;
     let (name, labels) = match head.split_once('{') {
