@@ -3,8 +3,8 @@
 // the page read in headless Debian chromium driven by playwright-core. It checks the numbers
 // the page shows against what the test did and what the actors say about themselves, the actor
 // search, and that the page follows a host that stops (its sidecar frozen with SIGSTOP: the row
-// turns unreachable and stays, then the fleet count drops once its lease lapses). Screenshots
-// go to e2e/artifacts/ (git-ignored).
+// turns unreachable and stays, then the fleet count drops once its lease lapses) and comes back
+// fenced (SIGCONT). Screenshots go to e2e/artifacts/ (git-ignored).
 //
 //   SIGX_BIN_DIR=target/debug node --test e2e/dashboard/dashboard.test.mjs   (make test-dashboard)
 //
@@ -261,7 +261,19 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   assert.equal(await row("host-3").locator('[data-testid="host-membership"]').innerText(), "not in any view");
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-stopped.png"), fullPage: true });
 
-  // 6. The dashboard itself stops: the page says its figures are stale rather than freezing.
+  // 6. It resumes: its lease lapsed meanwhile, so it fences itself, and the page says so: it
+  // answers again, fenced with its reason, and stays out of the fleet count.
+  process.kill(stopped, "SIGCONT");
+  await eventually("host 3 is shown fenced", async () =>
+    (await row("host-3").getAttribute("data-state")) === "fenced");
+  assert.equal(await row("host-3").getAttribute("data-reachable"), "true");
+  assert.match(await row("host-3").locator('[data-testid="host-state"]').innerText(), /^fenced: \S/);
+  assert.equal(await text("#fenced"), `fenced: ${ids[3]}`);
+  await expectText("#summary", "2 host(s) / 1 node(s)");
+  assert.match(await text("#reachability"), /3 of 3 sidecar\(s\) answered/);
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-fenced.png"), fullPage: true });
+
+  // 7. The dashboard itself stops: the page says its figures are stale rather than freezing.
   dash.child.kill("SIGKILL");
   await page.locator("#stale").waitFor({ state: "visible", timeout: 10_000 });
   assert.match(await text("#stale"), /the dashboard does not answer/);
