@@ -237,6 +237,30 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-3-hosts.png"), fullPage: true });
 
+  // A dashboard given one socket sees the other hosts through that sidecar's view only: they
+  // are listed, counted, and marked not asked, with no figures made up for them.
+  const one = start(path.join(bin, "sigx"),
+    ["dashboard", "--socket", socket(1), "--listen", "127.0.0.1:0", "--interval", "300ms"]);
+  cleanups.push(async () => one.child.kill("SIGKILL"));
+  const oneUrl = (await one.waitLine("with the dashboard's address", (l) => l.startsWith("sigx dashboard: http://"), 10_000))
+    .match(/http:\/\/\S+\//)[0];
+  const page1 = await browser.newPage();
+  await page1.goto(oneUrl);
+  await eventually("the one-socket page counts 3 hosts", async () =>
+    (await page1.locator("#summary").innerText()) === "3 host(s) / 1 node(s)");
+  assert.equal(await page1.locator('#hosts tbody tr[data-reachable="true"]').count(), 1);
+  const notAsked = page1.locator('#hosts tbody tr[data-reachable="null"]');
+  assert.equal(await notAsked.count(), 2);
+  for (const n of [2, 3]) {
+    const r = page1.locator(`#hosts tbody tr[data-host-id="${ids[n]}"]`);
+    assert.equal(await r.getAttribute("data-reachable"), "null");
+    assert.equal(await r.locator('[data-testid="host-state"]').innerText(), "active (not asked)");
+    assert.equal(await r.locator('[data-testid="host-activations"]').innerText(), "–");
+  }
+  assert.match(await page1.locator("#reachability").innerText(), /1 of 1 sidecar\(s\) answered/);
+  await page1.close();
+  one.child.kill("SIGKILL");
+
   // 5. Host 3 stops: its sidecar frozen (dev up ends the whole cluster when a sidecar exits).
   const before = Number((await row("host-3").locator('[data-testid="host-activations"]').innerText()).split(" ")[0]);
   const stopped = sidecarPid(socket(3));

@@ -31,7 +31,7 @@ use std::time::Duration;
 Examples:
   sigx dev up --hosts 3 &              # a local cluster in .sigx/
   sigx dashboard                       # then open http://127.0.0.1:7400/
-  sigx dashboard --dir .sigx/demo      # the cluster of `make demo`'s directory
+  sigx dashboard --dir .sigx/dev       # the cluster of `sigx dev up --dir .sigx/dev`
   sigx dashboard --socket /tmp/a.sock,127.0.0.1:9090 --socket /tmp/b.sock
 On Kubernetes (the sidecar image carries `sigx`; socket /var/run/sigx/sidecar.sock, health port
 9090 by default), from one pod, seeing the fleet through that sidecar's membership view:
