@@ -26,6 +26,10 @@ pub struct State {
     /// The descriptor each source last answered with, so a sidecar that stops answering keeps
     /// its name (and node) on the page.
     last_seen: Mutex<BTreeMap<String, Host>>,
+    /// The last snapshot and when it was made: polls that arrive within half an interval of it
+    /// (several open pages) share it, so the sidecars are asked about once per interval however
+    /// many pages poll. Held across a probe round, so concurrent polls wait for one round.
+    recent: tokio::sync::Mutex<Option<(tokio::time::Instant, Value)>>,
 }
 
 impl State {
@@ -35,10 +39,23 @@ impl State {
             interval,
             timeout,
             last_seen: Mutex::new(BTreeMap::new()),
+            recent: tokio::sync::Mutex::new(None),
         })
     }
 
     async fn fleet(&self) -> Value {
+        let mut recent = self.recent.lock().await;
+        if let Some((at, v)) = recent.as_ref()
+            && at.elapsed() < self.interval / 2
+        {
+            return v.clone();
+        }
+        let v = self.probe_all().await;
+        *recent = Some((tokio::time::Instant::now(), v.clone()));
+        v
+    }
+
+    async fn probe_all(&self) -> Value {
         let probes = futures::future::join_all(
             self.sources
                 .targets()
