@@ -189,6 +189,12 @@ pub async fn run(args: DashboardArgs) -> ExitCode {
         }
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "sigx dashboard: warning: listening on {addr}, not loopback: anyone who can reach it \
+             sees the fleet and can search its actors (the page has no login)"
+        );
+    }
     println!(
         "sigx dashboard: http://{addr}/ (asking {}; polled every {})",
         sources.describe(),
@@ -198,5 +204,42 @@ pub async fn run(args: DashboardArgs) -> ExitCode {
     tokio::select! {
         () = server::serve(listener, state) => ExitCode::SUCCESS,
         _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_socket_may_carry_its_health_address() {
+        let t = parse_socket("/run/a.sock,127.0.0.1:9090").unwrap();
+        assert_eq!(t.socket, PathBuf::from("/run/a.sock"));
+        assert_eq!(t.health, Some(([127, 0, 0, 1], 9090).into()));
+        assert_eq!(parse_socket("/run/a.sock").unwrap().health, None);
+        let e = parse_socket("/run/a.sock,nope").unwrap_err();
+        assert!(e.contains("PATH,IP:PORT"), "{e}");
+        assert!(parse_socket("").is_err());
+    }
+
+    #[test]
+    fn a_dev_directory_yields_its_hosts_in_order_with_their_health_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in [10, 2, 1] {
+            std::fs::create_dir_all(dir.path().join(format!("host-{n}"))).unwrap();
+        }
+        std::fs::write(dir.path().join("host-2/health.addr"), "127.0.0.1:4242\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("not-a-host")).unwrap();
+        std::fs::write(dir.path().join("host-3"), "a file, not a host").unwrap();
+        let sources = Sources {
+            dirs: vec![dir.path().to_path_buf()],
+            sockets: vec![parse_socket("/run/x.sock").unwrap()],
+        };
+        let targets = sources.targets();
+        let labels: Vec<&str> = targets.iter().map(|t| t.label.as_str()).collect();
+        assert_eq!(labels, ["host-1", "host-2", "host-10", "/run/x.sock"]);
+        assert_eq!(targets[0].health, None);
+        assert_eq!(targets[1].health, Some(([127, 0, 0, 1], 4242).into()));
+        assert_eq!(targets[1].socket, dir.path().join("host-2/sidecar.sock"));
     }
 }
