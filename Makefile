@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
+.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
 
 all: build
 
@@ -21,9 +21,9 @@ build:
 demo: build
 	$(BIN)/sigx dev up --hosts 3 --workload 1000 --exit-after-workload --dir .sigx/demo
 
-## test: every test of the workspace, the stock-client tests in Python, Node.js and Go, then the
-## manifest checks (helm lint, kubernetes-validate).
-test: test-rust test-lang check-manifests
+## test: every test of the workspace, the stock-client tests in Python, Node.js and Go, the
+## dashboard's browser test, then the manifest checks (helm lint, kubernetes-validate).
+test: test-rust test-lang test-dashboard check-manifests
 
 ## nextest runs every test in a process of its own (the suites start real processes, servers and
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
@@ -60,6 +60,14 @@ test-node:
 
 test-go:
 	cd sdk/go && SIGX_BIN_DIR=$(BIN) go test -count=1 ./...
+
+## test-dashboard: the browser test of `sigx dashboard` (e2e/dashboard/dashboard.test.mjs):
+## headless Debian chromium driven by playwright-core against `sigx dev up --hosts 3` of the real
+## binaries; screenshots in e2e/artifacts/. Installs chromium (apt) and the pinned playwright-core
+## (npm ci) first; a missing browser fails the test, never skips it.
+test-dashboard: build
+	bash scripts/install-tools.sh dashboard
+	cd e2e/dashboard && SIGX_BIN_DIR=$(BIN) node --test dashboard.test.mjs
 
 tools:
 	bash scripts/install-tools.sh

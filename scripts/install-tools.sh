@@ -2,7 +2,7 @@
 # Installs the tools the Makefile needs, into the clone's own .tools/ (never the machine's Python
 # or ~/.cargo), so every CI run on a fresh clone exercises the install path.
 #
-#   install-tools.sh [all|rust|nextest|manifests|postgres]      (default all)
+#   install-tools.sh [all|rust|nextest|manifests|postgres|dashboard]      (default all)
 #
 # rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
 #   when missing. Without rustup and without them this fails loudly: a lint that cannot run
@@ -21,6 +21,11 @@
 #   /usr/lib/postgresql/*/bin (Debian's layout); otherwise installed from the distribution's
 #   packages (`apt-get install postgresql`, with sudo when not root). The tests find them the
 #   same way (or through SIGX_PG_BIN).
+# dashboard (`make test-dashboard`): the browser test of `sigx dashboard` (e2e/dashboard):
+#   Debian's chromium package (/usr/bin/chromium, `apt-get install chromium`), and `npm ci` in
+#   e2e/dashboard for the pinned playwright-core of its package-lock.json (the driver only:
+#   playwright never downloads a browser here, PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1). node and npm
+#   must be on the machine (install-lang-tools.sh needs them too).
 # Idempotent: a second run with the tools already in place does nothing but report them.
 set -euo pipefail
 
@@ -35,14 +40,41 @@ NEXTEST_VERSION="0.9.151"
 SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
 WHAT="${1:-all}"
 case "${WHAT}" in
-    all | rust | nextest | manifests | postgres) ;;
+    all | rust | nextest | manifests | postgres | dashboard) ;;
     *)
-        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests or postgres" >&2
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests, postgres or dashboard" >&2
         exit 2
         ;;
 esac
 want() { [[ "${WHAT}" == all || "${WHAT}" == "$1" ]]; }
 mkdir -p "${BIN}"
+
+# apt_install PACKAGE WHAT-IS-MISSING WHAT-TO-DO: the distribution's package, with sudo when not
+# root; `apt-get update` only when the install fails on a stale package list. Without apt-get
+# (or without root and sudo) it fails loudly: a test that cannot run never passes.
+apt_install() {
+    local pkg="$1" missing="$2" todo="$3"
+    local SUDO=()
+    if [[ "$(id -u)" != 0 ]]; then
+        if ! command -v sudo >/dev/null 2>&1; then
+            echo "install-tools: ERROR: ${missing} and not root without sudo;" >&2
+            echo "install-tools: ${todo}." >&2
+            exit 1
+        fi
+        SUDO=(sudo)
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "install-tools: ERROR: ${missing} and no apt-get;" >&2
+        echo "install-tools: ${todo}." >&2
+        exit 1
+    fi
+    echo "install-tools: apt-get install ${pkg}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! "${SUDO[@]}" apt-get install -y -qq "${pkg}" >/dev/null; then
+        "${SUDO[@]}" apt-get update -qq
+        "${SUDO[@]}" apt-get install -y -qq "${pkg}" >/dev/null
+    fi
+}
 
 # rustfmt and clippy: checked offline first, so a machine that has them never touches rustup.
 if want rust; then
@@ -140,26 +172,9 @@ if want postgres; then
     }
     found="$(pg_bin)"
     if [[ -z "${found}" ]]; then
-        if [[ "$(id -u)" == 0 ]]; then
-            SUDO=()
-        elif command -v sudo >/dev/null 2>&1; then
-            SUDO=(sudo)
-        else
-            echo "install-tools: ERROR: PostgreSQL (initdb, pg_ctl) not found and not root without sudo;" >&2
-            echo "install-tools: install the distribution's postgresql package, or set SIGX_PG_BIN to its bin directory." >&2
-            exit 1
-        fi
-        if ! command -v apt-get >/dev/null 2>&1; then
-            echo "install-tools: ERROR: PostgreSQL (initdb, pg_ctl) not found and no apt-get;" >&2
-            echo "install-tools: install PostgreSQL 13+ with the system's package manager, or set SIGX_PG_BIN." >&2
-            exit 1
-        fi
-        echo "install-tools: apt-get install postgresql"
-        export DEBIAN_FRONTEND=noninteractive
-        if ! "${SUDO[@]}" apt-get install -y -qq postgresql >/dev/null; then
-            "${SUDO[@]}" apt-get update -qq
-            "${SUDO[@]}" apt-get install -y -qq postgresql >/dev/null
-        fi
+        apt_install postgresql \
+            "PostgreSQL (initdb, pg_ctl) not found" \
+            "install PostgreSQL 13+ with the system's package manager, or set SIGX_PG_BIN to its bin directory"
         found="$(pg_bin)"
         if [[ -z "${found}" ]]; then
             echo "install-tools: ERROR: postgresql installed but initdb/pg_ctl not found in PATH or /usr/lib/postgresql/*/bin" >&2
@@ -167,4 +182,30 @@ if want postgres; then
         fi
     fi
     echo "install-tools: $("${found}/pg_ctl" --version) at ${found}"
+fi
+
+# The dashboard's browser test: Debian's chromium and the pinned playwright-core (no browser
+# download of playwright's own).
+if want dashboard; then
+    if [[ ! -x /usr/bin/chromium ]]; then
+        apt_install chromium "chromium (/usr/bin/chromium) not found" \
+            "install the distribution's chromium package; the dashboard test drives it"
+    fi
+    if [[ ! -x /usr/bin/chromium ]]; then
+        echo "install-tools: ERROR: chromium installed but /usr/bin/chromium is missing" >&2
+        exit 1
+    fi
+    for tool in node npm; do
+        if ! command -v "${tool}" >/dev/null 2>&1; then
+            echo "install-tools: ERROR: '${tool}' not found; install Node.js 18+ (with npm) to run the dashboard test" >&2
+            exit 1
+        fi
+    done
+    DASH="${ROOT}/e2e/dashboard"
+    STAMP="${DASH}/node_modules/.package-lock.json"
+    if [[ ! -f "${STAMP}" || "${DASH}/package-lock.json" -nt "${STAMP}" ]]; then
+        echo "install-tools: npm ci in e2e/dashboard"
+        (cd "${DASH}" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    echo "install-tools: $(/usr/bin/chromium --version 2>/dev/null | head -n 1), playwright-core $(cd "${DASH}" && node -p 'require("playwright-core/package.json").version')"
 fi

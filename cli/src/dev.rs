@@ -548,6 +548,11 @@ async fn start(args: &UpArgs) -> Result<Vec<DevHost>, UpError> {
                 cmd.arg("--workers").arg(w);
             }
         }
+        // Host descriptors carry no health address: `sigx dashboard --dir` reads it here.
+        std::fs::write(dir.join("health.addr"), format!("{health}\n")).map_err(io_err(format!(
+            "write {}",
+            dir.join("health.addr").display()
+        )))?;
         let sidecar = Proc::spawn(format!("sidecar {i}"), cmd, dir.join("sidecar.log"))?;
 
         let app = match spec {
@@ -829,6 +834,7 @@ async fn run_cluster(args: &UpArgs, hosts: &mut [DevHost], signals: &mut Signals
             h.health
         );
     }
+    println!("dashboard: sigx dashboard --dir {}", args.dir.display());
     if args.app_specs.is_empty() {
         println!(
             "ready. try: sigx call Counter/a increment --socket {}",

@@ -6,6 +6,8 @@
 //! * `sigx status`: what a sidecar knows about itself and the fleet; `sigx status --kubernetes`:
 //!   what the Kubernetes API records about a cluster (its ActorCluster status and Leases).
 //! * `sigx dev up`: a local cluster of sidecars and counter apps on this machine.
+//! * `sigx dashboard`: a live web page of the fleet (hosts, activations, counters, latency) with
+//!   an actor search, served on 127.0.0.1.
 //!
 //! Exit codes: 0 success; 1 the call (or the dev workload check) failed; 2 bad usage; 3 the
 //! sidecar could not be reached.
@@ -13,6 +15,7 @@
 
 mod actors;
 mod call;
+mod dashboard;
 mod dev;
 mod duration;
 mod kubernetes;
@@ -33,8 +36,8 @@ pub const EXIT_USAGE: u8 = 2;
 #[command(
     name = "sigx",
     version,
-    about = "The sigx actor runtime: call actors, find and list them, read status, run a local \
-             cluster"
+    about = "The sigx actor runtime: call actors, find and list them, read status, watch the \
+             fleet on a dashboard, run a local cluster"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -62,6 +65,11 @@ enum Command {
     /// Show a sidecar's host, state, types, activations, counters and its view of the fleet (or,
     /// with --kubernetes, a cluster's ActorCluster status and Leases from the Kubernetes API).
     Status(status::StatusArgs),
+    /// Serve a live web page of the fleet: hosts (state, node, reachability), activations per
+    /// type, counters, call latency, fenced hosts, partitions recovering, and an actor search.
+    /// Point it at a `sigx dev up` directory (--dir) or at sidecar sockets (--socket); it
+    /// listens on 127.0.0.1:7400 by default (--listen).
+    Dashboard(dashboard::DashboardArgs),
     /// Local development.
     Dev {
         #[command(subcommand)]
@@ -132,6 +140,7 @@ fn main() -> ExitCode {
             Command::Call(args) => call::run(args).await,
             Command::Actors { command } => actors::run(command).await,
             Command::Status(args) => status::run(args).await,
+            Command::Dashboard(args) => dashboard::run(args).await,
             Command::Dev {
                 command: DevCommand::Up(args),
             } => dev::up(args).await,

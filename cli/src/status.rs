@@ -98,22 +98,26 @@ pub fn render_fleet(view: &Members, now_unix_ms: i64) -> String {
     for row in &rows {
         line(row.each_ref().map(String::as_str), &mut out);
     }
-    let n = view.hosts.len();
-    let silent = view.hosts.iter().filter(|h| h.node().is_none()).count();
-    match view.node_count() {
-        None => {
-            let _ = writeln!(
-                out,
-                "{n} host(s); no host reports a node: the fleet said nothing about where it runs"
-            );
-        }
-        Some(nodes) => {
-            let _ = write!(out, "{n} host(s) / {nodes} node(s)");
-            if silent > 0 {
-                let _ = write!(out, " ({silent} host(s) report no node)");
-            }
-            out.push('\n');
-        }
+    out.push_str(&fleet_summary(&view.hosts));
+    out.push('\n');
+    out
+}
+
+/// The fleet's summary line (without a newline): `N host(s) / M node(s)`, naming the hosts that
+/// report no node; when none reports one, it says the fleet said nothing about where it runs,
+/// never a guess. `sigx status` and `sigx dashboard` both print this.
+pub fn fleet_summary(hosts: &[Host]) -> String {
+    let n = hosts.len();
+    let silent = hosts.iter().filter(|h| h.node().is_none()).count();
+    let nodes: std::collections::BTreeSet<&str> = hosts.iter().filter_map(Host::node).collect();
+    if nodes.is_empty() {
+        return format!(
+            "{n} host(s); no host reports a node: the fleet said nothing about where it runs"
+        );
+    }
+    let mut out = format!("{n} host(s) / {} node(s)", nodes.len());
+    if silent > 0 {
+        let _ = write!(out, " ({silent} host(s) report no node)");
     }
     out
 }
