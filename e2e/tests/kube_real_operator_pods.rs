@@ -240,12 +240,7 @@ async fn a_bound_pod_carries_its_nodes_zone_to_the_sidecar(client: &kube::Client
     .unwrap();
     let pods_api = ns.api::<Pod>();
     let _: serde_json::Value = pods_api
-        .create_subresource(
-            "binding",
-            &name,
-            &PostParams::default(),
-            &binding,
-        )
+        .create_subresource("binding", &name, &PostParams::default(), &binding)
         .await
         .unwrap();
     let pod = pods_api.get(&name).await.unwrap();

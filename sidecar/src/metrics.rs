@@ -31,7 +31,40 @@ pub struct TypeLabel {
     pub actor_type: String,
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+/// Histograms by label set, each created on first use.
+pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Durations by outcome (`ok` / `failed`, `complete` / `restarted` / `failed`), on the latency
+/// buckets: a membership renewal's store write, a directory collection round.
+#[derive(Debug, Clone)]
+pub struct OutcomeHistogram(pub HistogramFamily<ResultLabel>);
+
+impl Default for OutcomeHistogram {
+    fn default() -> Self {
+        OutcomeHistogram(Family::new_with_constructor(latency_histogram))
+    }
+}
+
+impl OutcomeHistogram {
+    /// Observes one operation of `took` that ended as `outcome`.
+    pub fn observe(&self, outcome: &str, took: Duration) {
+        self.0
+            .get_or_create(&ResultLabel {
+                kind: outcome.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// The cluster's histograms (absent on a single host): membership renewals and directory
+/// collection rounds, owned by the membership handle and the directory.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterHistograms {
+    /// Lease renewals: the store write, by `ok` / `failed`.
+    pub renewals: OutcomeHistogram,
+    /// Directory collection rounds, by `complete` / `restarted` / `failed`.
+    pub collection_rounds: OutcomeHistogram,
+}
 
 /// 0.5 ms to ~16 s, doubling: from a same-host call to a call deadline.
 fn latency_histogram() -> Histogram {
@@ -117,6 +150,7 @@ pub fn render(
     fenced: bool,
     histograms: &Histograms,
     lateness: &LatenessHistogram,
+    cluster: Option<&ClusterHistograms>,
 ) -> String {
     let mut registry = Registry::with_prefix("sigx");
     for (name, value) in counters {
@@ -161,6 +195,20 @@ pub fn render(
         Unit::Seconds,
         lateness.0.clone(),
     );
+    if let Some(c) = cluster {
+        registry.register_with_unit(
+            "membership_renewal_duration",
+            "lease renewals from the start of the store write to its answer, by ok / failed",
+            Unit::Seconds,
+            c.renewals.0.clone(),
+        );
+        registry.register_with_unit(
+            "collection_round_duration",
+            "directory collection rounds after a view change, by complete / restarted / failed",
+            Unit::Seconds,
+            c.collection_rounds.0.clone(),
+        );
+    }
     let mut out = String::new();
     let _ = encode(&mut out, &registry);
     out
@@ -182,6 +230,11 @@ mod tests {
             false,
             &h,
             &LatenessHistogram::default(),
+            None,
+        );
+        assert!(
+            !text.contains("renewal"),
+            "a single host has no renewals: {text}"
         );
         assert!(
             text.contains("# TYPE sigx_turns counter\nsigx_turns_total 7\n"),
@@ -200,5 +253,30 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn cluster_histograms_count_renewals_and_rounds_by_outcome() {
+        let c = ClusterHistograms::default();
+        c.renewals.observe("ok", Duration::from_millis(4));
+        c.renewals.observe("ok", Duration::from_millis(6));
+        c.renewals.observe("failed", Duration::from_secs(1));
+        c.collection_rounds
+            .observe("complete", Duration::from_millis(30));
+        let text = render(
+            BTreeMap::new(),
+            true,
+            false,
+            &Histograms::default(),
+            &LatenessHistogram::default(),
+            Some(&c),
+        );
+        for line in [
+            "sigx_membership_renewal_duration_seconds_count{kind=\"ok\"} 2\n",
+            "sigx_membership_renewal_duration_seconds_count{kind=\"failed\"} 1\n",
+            "sigx_collection_round_duration_seconds_count{kind=\"complete\"} 1\n",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 }

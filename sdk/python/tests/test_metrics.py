@@ -6,6 +6,7 @@ kind (issue 16)."""
 from __future__ import annotations
 
 import socket
+import time
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -83,3 +84,64 @@ def test_metrics_parse_and_the_call_histogram_counts_every_call(pb) -> None:
     assert families["sigx_app_errors"].type == "counter"
     assert sample(families["sigx_app_errors"], "_total") == 2
     assert all(f.type in ("counter", "gauge", "histogram") for f in families.values())
+
+
+def test_a_clustered_host_exports_renewal_and_collection_round_histograms(pb) -> None:
+    """A host on SQLite membership: each lease renewal is one `ok` observation of
+    `sigx_membership_renewal_duration_seconds`, and joining ran (at least) one complete directory
+    collection round; a single host (the test above) exports neither family."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="sigx-py-") as d:
+        env = {
+            "SIGX_HEALTH_ADDR": f"127.0.0.1:{port}",
+            "SIGX_MEMBERSHIP": "sqlite",
+            "SIGX_SQLITE_PATH": str(Path(d) / "members.db"),
+            "SIGX_MESH_ADDR": f"127.0.0.1:{free_port()}",
+            "SIGX_BEAT_MS": "100",
+            "SIGX_TTL_MS": "1000",
+        }
+        sidecar = start_sidecar(Path(d), pb, env)
+        app = CounterApp(pb, sidecar.target)
+        try:
+            wait_ready(port)
+            assert call(pb, sidecar.target, "k", "incr") == grpc.StatusCode.OK
+            first = scrape(port)
+            time.sleep(1.0)
+            later = scrape(port)
+        finally:
+            app.close()
+            stop_sidecar(sidecar)
+
+    renewals = later["sigx_membership_renewal_duration_seconds"]
+    assert renewals.type == "histogram" and renewals.unit == "seconds"
+    before = sample(first["sigx_membership_renewal_duration_seconds"], "_count", kind="ok")
+    after = sample(renewals, "_count", kind="ok")
+    # A beat of 100 ms for one second: about ten renewals, and every one observed.
+    assert after - before >= 5, (before, after)
+    assert sample(renewals, "_sum", kind="ok") > 0
+    rounds = later["sigx_collection_round_duration_seconds"]
+    assert sample(rounds, "_count", kind="complete") >= 1
+    assert "sigx_membership_renewal_duration_seconds" not in families_of_single_host(pb)
+
+
+def wait_ready(port: int) -> None:
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the clustered host never became ready"
+        time.sleep(0.05)
+
+
+def families_of_single_host(pb) -> dict:
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="sigx-py-") as d:
+        sidecar = start_sidecar(Path(d), pb, {"SIGX_HEALTH_ADDR": f"127.0.0.1:{port}"})
+        try:
+            return scrape(port)
+        finally:
+            stop_sidecar(sidecar)

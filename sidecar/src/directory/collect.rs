@@ -126,6 +126,7 @@ async fn collector(inner: Arc<Inner>) {
         };
         match result {
             Err((reason, true)) => {
+                inner.rounds.observe("restarted", started.elapsed());
                 inner
                     .counters
                     .collections_restarted
@@ -133,6 +134,7 @@ async fn collector(inner: Arc<Inner>) {
                 tracing::debug!(host = %inner.me, %reason, "collection round restarted");
             }
             Ok(()) => {
+                inner.rounds.observe("complete", started.elapsed());
                 let ms = started.elapsed().as_millis() as u64;
                 inner
                     .counters
@@ -150,6 +152,7 @@ async fn collector(inner: Arc<Inner>) {
                 );
             }
             Err((reason, _)) => {
+                inner.rounds.observe("failed", started.elapsed());
                 tracing::debug!(host = %inner.me, %reason, "collection round failed; retrying");
                 inner.views.request_refresh();
                 // Failed rounds are paced (requests hitting recovering partitions do not

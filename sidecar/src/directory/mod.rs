@@ -209,6 +209,8 @@ pub(crate) struct Inner {
     /// Host ids of entries. Lock order: a partition lock, then this.
     hosts: RwLock<HostInterner>,
     counters: Counters,
+    /// Collection round durations by outcome (`/metrics`).
+    rounds: crate::metrics::OutcomeHistogram,
     config: DirectoryConfig,
     kick: Notify,
 }
@@ -632,6 +634,7 @@ impl Directory {
             hasher: RandomState::new(),
             hosts: RwLock::new(HostInterner::default()),
             counters: Counters::default(),
+            rounds: Default::default(),
             config,
             kick: Notify::new(),
         });
@@ -650,6 +653,11 @@ impl Directory {
     /// The counters, with the number of partitions recovering right now.
     pub fn counters(&self) -> DirectoryCounters {
         self.inner.counters()
+    }
+
+    /// How long this host's collection rounds took, by outcome (`/metrics`).
+    pub fn collection_histogram(&self) -> crate::metrics::OutcomeHistogram {
+        self.inner.rounds.clone()
     }
 
     /// True when this host owns partition `p` in its current view and it is ready.

@@ -327,7 +327,11 @@ impl Host {
             let cell = cluster_cell.clone();
             state.set_metrics(Arc::new(move || {
                 let status = cell.get().map(|c| c.router.status_counters());
-                render_metrics(&runtime, &state2, status)
+                let histograms = cell.get().map(|c| crate::metrics::ClusterHistograms {
+                    renewals: c.membership.renewal_histogram(),
+                    collection_rounds: c.directory.collection_histogram(),
+                });
+                render_metrics(&runtime, &state2, status, histograms.as_ref())
             }));
         }
         if let Some(token) = &cfg.drain_token {
@@ -601,6 +605,7 @@ fn render_metrics(
     runtime: &Runtime,
     state: &HostState,
     cluster: Option<Vec<(String, u64)>>,
+    cluster_histograms: Option<&crate::metrics::ClusterHistograms>,
 ) -> String {
     let mut all = runtime.counters().snapshot();
     all.extend(cluster.unwrap_or_default());
@@ -610,6 +615,7 @@ fn render_metrics(
         state.fence_reason().is_some(),
         &runtime.counters().histograms,
         &runtime.counters().reminders.lateness,
+        cluster_histograms,
     )
 }
 

@@ -1085,6 +1085,11 @@ impl MembershipHandle {
             .set_source(source);
     }
 
+    /// How long this host's lease writes took, by outcome (`/metrics`).
+    pub fn renewal_histogram(&self) -> crate::metrics::OutcomeHistogram {
+        self.inner.hb.renewals().clone()
+    }
+
     /// The peers' loads, as their records last said, for the `least-loaded` placement policy.
     pub fn loads(&self) -> Arc<LoadBoard> {
         self.inner.loads.clone()

@@ -108,6 +108,8 @@ pub struct HeartbeatClock {
     clock: SharedClock,
     ttl: Duration,
     state: Mutex<State>,
+    /// How long each lease write took, by outcome (`/metrics`).
+    renewals: crate::metrics::OutcomeHistogram,
 }
 
 impl fmt::Debug for HeartbeatClock {
@@ -126,6 +128,19 @@ impl HeartbeatClock {
             clock,
             ttl,
             state: Mutex::new(State::default()),
+            renewals: Default::default(),
+        }
+    }
+
+    /// The durations of the lease writes this clock has seen, by `ok` / `failed`.
+    pub fn renewals(&self) -> &crate::metrics::OutcomeHistogram {
+        &self.renewals
+    }
+
+    fn observe(&self, pending: Option<Stamp>, outcome: &str) {
+        if let Some(p) = pending {
+            let took = self.clock.now().saturating_duration_since(p.mono);
+            self.renewals.observe(outcome, took);
         }
     }
 
@@ -176,16 +191,21 @@ impl HeartbeatClock {
     /// write confirmed after its deadline does not save the host.
     pub fn confirmed(&self) -> Option<FenceReason> {
         let mut s = self.state.lock().expect("heartbeat lock");
-        if let Some(p) = s.pending.take() {
+        let pending = s.pending.take();
+        if let Some(p) = pending {
             s.confirmed = Some(p);
         }
-        s.latched.take()
+        let latched = s.latched.take();
+        drop(s);
+        self.observe(pending, "ok");
+        latched
     }
 
     /// The write started by the last `beat()` failed. The window keeps counting from the last
     /// confirmed start.
     pub fn failed(&self) {
-        self.state.lock().expect("heartbeat lock").pending = None;
+        let pending = self.state.lock().expect("heartbeat lock").pending.take();
+        self.observe(pending, "failed");
     }
 
     /// Proof that the record is gone: latches immediately, whatever the clocks say (the next
