@@ -2,6 +2,7 @@
 //! the live activations of a type across the fleet (the app API's `Locate` and `ListActors`).
 
 use crate::call::{parse_target, render_error};
+use crate::duration::human;
 use crate::{EXIT_FAILED, EXIT_UNREACHABLE, EXIT_USAGE, SocketArg};
 use sigx_sdk::Client;
 use sigx_sdk::proto::{ActorLocation, ListActorsResponse, LocateResponse, SkippedPartitions};
@@ -35,6 +36,9 @@ pub struct ListArgs {
     /// Actors fetched per request (1..=1000); every page is fetched and printed.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub page_size: u32,
+    /// Also show each actor's stored reminders (name, next due time, period).
+    #[arg(long)]
+    pub reminders: bool,
     #[command(flatten)]
     pub common: Common,
 }
@@ -173,6 +177,36 @@ pub fn render_list(actor_type: &str, actors: &[ActorLocation]) -> String {
     out
 }
 
+/// The reminders of the listed actors, one line each, under the actor's name; due times are
+/// shown relative to `now_unix_ms` (the caller's clock: informational).
+pub fn render_reminders(actors: &[ActorLocation], now_unix_ms: i64) -> String {
+    let mut out = String::new();
+    let mut total = 0;
+    for a in actors.iter().filter(|a| !a.reminders.is_empty()) {
+        let _ = writeln!(out, "{}", name(a));
+        for r in &a.reminders {
+            total += 1;
+            let gap = r.due_unix_ms - now_unix_ms;
+            let due = if gap >= 0 {
+                format!("due in {}", human(Duration::from_millis(gap as u64)))
+            } else {
+                format!("overdue by {}", human(Duration::from_millis((-gap) as u64)))
+            };
+            let every = match r.period_ms {
+                0 => "one-shot".to_string(),
+                p => format!("every {}", human(Duration::from_millis(p))),
+            };
+            let failed = match r.failed_attempts {
+                0 => String::new(),
+                n => format!(", {n} failed attempt(s)"),
+            };
+            let _ = writeln!(out, "  reminder {}  {due}  {every}{failed}", r.name);
+        }
+    }
+    let _ = writeln!(out, "{total} reminder(s)");
+    out
+}
+
 /// The stderr lines for partitions no owner answered for.
 pub fn render_skipped(skipped: &[SkippedPartitions]) -> String {
     let total: usize = skipped.iter().map(|s| s.partitions.len()).sum();
@@ -209,7 +243,12 @@ async fn list(args: ListArgs) -> ExitCode {
     let mut token = String::new();
     loop {
         let page: ListActorsResponse = match client
-            .list_actors(args.actor_type.as_str(), args.page_size, token.as_str())
+            .list_actors_with(
+                args.actor_type.as_str(),
+                args.page_size,
+                token.as_str(),
+                args.reminders,
+            )
             .await
         {
             Ok(p) => p,
@@ -232,6 +271,10 @@ async fn list(args: ListArgs) -> ExitCode {
                 "key": a.actor.as_ref().map(|r| r.key.as_str()).unwrap_or(""),
                 "hostId": a.host_id,
                 "activationId": a.activation_id,
+                "reminders": args.reminders.then(|| a.reminders.iter().map(|r| serde_json::json!({
+                    "name": r.name, "dueUnixMs": r.due_unix_ms, "periodMs": r.period_ms,
+                    "failedAttempts": r.failed_attempts,
+                })).collect::<Vec<_>>()),
             })).collect::<Vec<_>>(),
             "incomplete": !skipped.is_empty(),
             "skipped": skipped.iter().map(|s| serde_json::json!({
@@ -241,6 +284,12 @@ async fn list(args: ListArgs) -> ExitCode {
         println!("{v}");
     } else {
         print!("{}", render_list(&args.actor_type, &actors));
+        if args.reminders {
+            print!(
+                "{}",
+                render_reminders(&actors, crate::status::now_unix_ms())
+            );
+        }
     }
     if skipped.is_empty() {
         ExitCode::SUCCESS
@@ -263,7 +312,41 @@ mod tests {
             }),
             host_id: host.into(),
             activation_id: act.into(),
+            reminders: Vec::new(),
         }
+    }
+
+    #[test]
+    fn reminders_are_listed_under_their_actor_relative_to_now() {
+        let mut a = loc("alice", "h1", "a1");
+        a.reminders = vec![
+            sigx_sdk::proto::ReminderInfo {
+                name: "daily".into(),
+                due_unix_ms: 61_000,
+                period_ms: 86_400_000,
+                payload: Default::default(),
+                failed_attempts: 0,
+            },
+            sigx_sdk::proto::ReminderInfo {
+                name: "late".into(),
+                due_unix_ms: 500,
+                period_ms: 0,
+                payload: Default::default(),
+                failed_attempts: 2,
+            },
+        ];
+        let out = render_reminders(&[a, loc("bob", "h2", "b1")], 1_000);
+        assert!(
+            out.starts_with("Counter/alice\n  reminder daily  due in "),
+            "{out}"
+        );
+        assert!(out.contains("  reminder late  overdue by "), "{out}");
+        assert!(out.contains("one-shot, 2 failed attempt(s)\n"), "{out}");
+        assert!(
+            !out.contains("bob"),
+            "an actor without reminders is not listed: {out}"
+        );
+        assert!(out.ends_with("2 reminder(s)\n"), "{out}");
     }
 
     #[test]

@@ -448,11 +448,26 @@ impl Client {
         page_size: u32,
         page_token: impl Into<String>,
     ) -> Result<v1::ListActorsResponse, ActorError> {
+        self.list_actors_with(actor_type, page_size, page_token, false)
+            .await
+    }
+
+    /// [`Client::list_actors`], with each actor's stored reminders (`ActorLocation::reminders`)
+    /// when `with_reminders` is set (the sidecar reads them from the state store, one read per
+    /// actor of the page).
+    pub async fn list_actors_with(
+        &self,
+        actor_type: impl Into<String>,
+        page_size: u32,
+        page_token: impl Into<String>,
+        with_reminders: bool,
+    ) -> Result<v1::ListActorsResponse, ActorError> {
         let request = self.request(v1::ListActorsRequest {
             actor_type: actor_type.into(),
             page_size,
             page_token: page_token.into(),
             timeout_ms: self.timeout_ms(),
+            with_reminders,
         });
         let mut inner = self.inner.clone();
         inner

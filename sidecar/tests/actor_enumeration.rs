@@ -95,6 +95,7 @@ async fn list_all(
                 page_size,
                 page_token: token,
                 timeout_ms: 10_000,
+                with_reminders: false,
             })
             .await
             .unwrap()
@@ -217,6 +218,7 @@ async fn list_and_locate_match_the_runtimes_across_three_hosts() {
             page_size: 5,
             page_token: "from-somewhere-else".into(),
             timeout_ms: 0,
+            with_reminders: false,
         })
         .await
         .unwrap_err();
@@ -271,6 +273,55 @@ async fn a_single_host_lists_and_locates_its_own_runtime() {
         (&live["s3"].0, &live["s3"].1)
     );
     assert!(!locate(&host.socket, "nobody").await.active);
+
+    // With reminders: each listed actor carries its stored reminders, the others none.
+    for (key, name) in [("s1", "daily"), ("s1", "hourly"), ("s4", "once")] {
+        c.set_reminder(v1::SetReminderRequest {
+            actor: Some(v1::ActorRef {
+                actor_type: "Counter".into(),
+                key: key.into(),
+            }),
+            name: name.into(),
+            due: Some(v1::set_reminder_request::Due::DueInMs(3_600_000)),
+            period_ms: if name == "once" { 0 } else { 60_000 },
+            payload: Default::default(),
+        })
+        .await
+        .unwrap();
+    }
+    let page = c
+        .list_actors(v1::ListActorsRequest {
+            actor_type: "Counter".into(),
+            page_size: 100,
+            page_token: String::new(),
+            timeout_ms: 10_000,
+            with_reminders: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let reminders: BTreeMap<String, Vec<String>> = page
+        .actors
+        .iter()
+        .map(|a| {
+            let names = a.reminders.iter().map(|r| r.name.clone()).collect();
+            (a.actor.as_ref().unwrap().key.clone(), names)
+        })
+        .filter(|(_, names): &(String, Vec<String>)| !names.is_empty())
+        .collect();
+    assert_eq!(
+        reminders,
+        BTreeMap::from([
+            (
+                "s1".to_string(),
+                vec!["daily".to_string(), "hourly".to_string()]
+            ),
+            ("s4".to_string(), vec!["once".to_string()]),
+        ])
+    );
+    assert_eq!(page.actors.len(), 7);
+    // Without the flag the listing reads no reminders.
+    assert!(big.iter().all(|a| a.reminders.is_empty()));
     // A worker has no location: refused, saying so.
     let e = c
         .locate(v1::LocateRequest {

@@ -332,7 +332,10 @@ type ListActorsRequest struct {
 	PageToken string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	// Deadline for the whole page, in milliseconds. 0 = the sidecar's default (30 s). Partitions
 	// whose owner has not answered by then are reported in `skipped`.
-	TimeoutMs     uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs uint64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Also list each actor's stored reminders (`ActorLocation.reminders`), read from the state
+	// store by the asked sidecar: one read per actor of the page.
+	WithReminders bool `protobuf:"varint,5,opt,name=with_reminders,json=withReminders,proto3" json:"with_reminders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -393,6 +396,13 @@ func (x *ListActorsRequest) GetTimeoutMs() uint64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *ListActorsRequest) GetWithReminders() bool {
+	if x != nil {
+		return x.WithReminders
+	}
+	return false
 }
 
 // One page of live activations.
@@ -475,7 +485,9 @@ type ActorLocation struct {
 	// The host holding it.
 	HostId string `protobuf:"bytes,2,opt,name=host_id,json=hostId,proto3" json:"host_id,omitempty"`
 	// Its activation id.
-	ActivationId  string `protobuf:"bytes,3,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	ActivationId string `protobuf:"bytes,3,opt,name=activation_id,json=activationId,proto3" json:"activation_id,omitempty"`
+	// Its stored reminders, sorted by name, when the request set `with_reminders`.
+	Reminders     []*ReminderInfo `protobuf:"bytes,4,rep,name=reminders,proto3" json:"reminders,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -529,6 +541,13 @@ func (x *ActorLocation) GetActivationId() string {
 		return x.ActivationId
 	}
 	return ""
+}
+
+func (x *ActorLocation) GetReminders() []*ReminderInfo {
+	if x != nil {
+		return x.Reminders
+	}
+	return nil
 }
 
 // Partitions left out of a page, grouped by owner and reason.
@@ -3377,7 +3396,7 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\x06active\x18\x01 \x01(\bR\x06active\x12\x17\n" +
 	"\ahost_id\x18\x02 \x01(\tR\x06hostId\x12#\n" +
 	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x8d\x01\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\xb4\x01\n" +
 	"\x11ListActorsRequest\x12\x1d\n" +
 	"\n" +
 	"actor_type\x18\x01 \x01(\tR\tactorType\x12\x1b\n" +
@@ -3385,18 +3404,20 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\"\xd0\x01\n" +
+	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x12%\n" +
+	"\x0ewith_reminders\x18\x05 \x01(\bR\rwithReminders\"\xd0\x01\n" +
 	"\x12ListActorsResponse\x125\n" +
 	"\x06actors\x18\x01 \x03(\v2\x1d.sigx.actors.v1.ActorLocationR\x06actors\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x1e\n" +
 	"\n" +
 	"incomplete\x18\x03 \x01(\bR\n" +
 	"incomplete\x12;\n" +
-	"\askipped\x18\x04 \x03(\v2!.sigx.actors.v1.SkippedPartitionsR\askipped\"}\n" +
+	"\askipped\x18\x04 \x03(\v2!.sigx.actors.v1.SkippedPartitionsR\askipped\"\xb9\x01\n" +
 	"\rActorLocation\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x17\n" +
 	"\ahost_id\x18\x02 \x01(\tR\x06hostId\x12#\n" +
-	"\ractivation_id\x18\x03 \x01(\tR\factivationId\"a\n" +
+	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12:\n" +
+	"\treminders\x18\x04 \x03(\v2\x1c.sigx.actors.v1.ReminderInfoR\treminders\"a\n" +
 	"\x11SkippedPartitions\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1e\n" +
@@ -3686,76 +3707,77 @@ var file_sigx_actors_v1_app_proto_depIdxs = []int32{
 	7,  // 1: sigx.actors.v1.ListActorsResponse.actors:type_name -> sigx.actors.v1.ActorLocation
 	8,  // 2: sigx.actors.v1.ListActorsResponse.skipped:type_name -> sigx.actors.v1.SkippedPartitions
 	49, // 3: sigx.actors.v1.ActorLocation.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 4: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 5: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 6: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 7: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	49, // 8: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	19, // 9: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
-	49, // 10: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	22, // 11: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
-	26, // 12: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
-	38, // 13: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
-	25, // 14: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
-	27, // 15: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
-	28, // 16: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
-	31, // 17: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
-	32, // 18: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
-	30, // 19: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
-	49, // 20: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
-	50, // 21: sigx.actors.v1.Turn.trace:type_name -> sigx.actors.v1.TraceContext
-	35, // 22: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
-	36, // 23: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
-	37, // 24: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
-	34, // 25: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
-	33, // 26: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
-	0,  // 27: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
-	39, // 28: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
-	23, // 29: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
-	51, // 30: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
-	49, // 31: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
-	50, // 32: sigx.actors.v1.CallRequest.trace:type_name -> sigx.actors.v1.TraceContext
-	1,  // 33: sigx.actors.v1.CallRequest.locality:type_name -> sigx.actors.v1.Locality
-	2,  // 34: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
-	52, // 35: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
-	49, // 36: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
-	52, // 37: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
-	46, // 38: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
-	48, // 39: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
-	43, // 40: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
-	24, // 41: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
-	40, // 42: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
-	42, // 43: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
-	44, // 44: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
-	42, // 45: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
-	45, // 46: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
-	20, // 47: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
-	9,  // 48: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
-	11, // 49: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
-	13, // 50: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
-	15, // 51: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
-	17, // 52: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
-	3,  // 53: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
-	5,  // 54: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
-	29, // 55: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
-	41, // 56: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
-	43, // 57: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
-	41, // 58: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
-	43, // 59: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
-	47, // 60: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
-	21, // 61: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
-	10, // 62: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
-	12, // 63: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
-	14, // 64: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
-	16, // 65: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
-	18, // 66: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
-	4,  // 67: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
-	6,  // 68: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
-	55, // [55:69] is the sub-list for method output_type
-	41, // [41:55] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	19, // 4: sigx.actors.v1.ActorLocation.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	49, // 5: sigx.actors.v1.SetTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 6: sigx.actors.v1.CancelTimerRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 7: sigx.actors.v1.SetReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 8: sigx.actors.v1.DeleteReminderRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	49, // 9: sigx.actors.v1.ListRemindersRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	19, // 10: sigx.actors.v1.ListRemindersResponse.reminders:type_name -> sigx.actors.v1.ReminderInfo
+	49, // 11: sigx.actors.v1.ReadStateRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	22, // 12: sigx.actors.v1.ReadStateResponse.entries:type_name -> sigx.actors.v1.StateEntry
+	26, // 13: sigx.actors.v1.AppMessage.register:type_name -> sigx.actors.v1.Register
+	38, // 14: sigx.actors.v1.AppMessage.result:type_name -> sigx.actors.v1.TurnResult
+	25, // 15: sigx.actors.v1.AppMessage.drain:type_name -> sigx.actors.v1.Drain
+	27, // 16: sigx.actors.v1.Register.actors:type_name -> sigx.actors.v1.ActorTypeSpec
+	28, // 17: sigx.actors.v1.Register.workers:type_name -> sigx.actors.v1.WorkerTypeSpec
+	31, // 18: sigx.actors.v1.SidecarMessage.registered:type_name -> sigx.actors.v1.Registered
+	32, // 19: sigx.actors.v1.SidecarMessage.turn:type_name -> sigx.actors.v1.Turn
+	30, // 20: sigx.actors.v1.SidecarMessage.fenced:type_name -> sigx.actors.v1.FenceNotice
+	49, // 21: sigx.actors.v1.Turn.actor:type_name -> sigx.actors.v1.ActorRef
+	50, // 22: sigx.actors.v1.Turn.trace:type_name -> sigx.actors.v1.TraceContext
+	35, // 23: sigx.actors.v1.Turn.activate:type_name -> sigx.actors.v1.Activate
+	36, // 24: sigx.actors.v1.Turn.invoke:type_name -> sigx.actors.v1.Invoke
+	37, // 25: sigx.actors.v1.Turn.deactivate:type_name -> sigx.actors.v1.Deactivate
+	34, // 26: sigx.actors.v1.Turn.reminder:type_name -> sigx.actors.v1.Reminder
+	33, // 27: sigx.actors.v1.Turn.timer:type_name -> sigx.actors.v1.TimerTick
+	0,  // 28: sigx.actors.v1.Deactivate.reason:type_name -> sigx.actors.v1.DeactivateReason
+	39, // 29: sigx.actors.v1.TurnResult.error:type_name -> sigx.actors.v1.TurnError
+	23, // 30: sigx.actors.v1.TurnResult.writes:type_name -> sigx.actors.v1.StateWrite
+	51, // 31: sigx.actors.v1.TurnError.kind:type_name -> sigx.actors.v1.ErrorKind
+	49, // 32: sigx.actors.v1.CallRequest.actor:type_name -> sigx.actors.v1.ActorRef
+	50, // 33: sigx.actors.v1.CallRequest.trace:type_name -> sigx.actors.v1.TraceContext
+	1,  // 34: sigx.actors.v1.CallRequest.locality:type_name -> sigx.actors.v1.Locality
+	2,  // 35: sigx.actors.v1.MembersRequest.status:type_name -> sigx.actors.v1.MemberStatusFilter
+	52, // 36: sigx.actors.v1.MembersResponse.hosts:type_name -> sigx.actors.v1.HostDescriptor
+	49, // 37: sigx.actors.v1.DispatchOnRequest.worker:type_name -> sigx.actors.v1.ActorRef
+	52, // 38: sigx.actors.v1.StatusResponse.host:type_name -> sigx.actors.v1.HostDescriptor
+	46, // 39: sigx.actors.v1.StatusResponse.activations:type_name -> sigx.actors.v1.TypeActivations
+	48, // 40: sigx.actors.v1.StatusResponse.counters:type_name -> sigx.actors.v1.StatusResponse.CountersEntry
+	43, // 41: sigx.actors.v1.StatusResponse.view:type_name -> sigx.actors.v1.MembersResponse
+	24, // 42: sigx.actors.v1.ActorHost.Serve:input_type -> sigx.actors.v1.AppMessage
+	40, // 43: sigx.actors.v1.ActorHost.Call:input_type -> sigx.actors.v1.CallRequest
+	42, // 44: sigx.actors.v1.ActorHost.Members:input_type -> sigx.actors.v1.MembersRequest
+	44, // 45: sigx.actors.v1.ActorHost.DispatchOn:input_type -> sigx.actors.v1.DispatchOnRequest
+	42, // 46: sigx.actors.v1.ActorHost.WatchMembers:input_type -> sigx.actors.v1.MembersRequest
+	45, // 47: sigx.actors.v1.ActorHost.Status:input_type -> sigx.actors.v1.StatusRequest
+	20, // 48: sigx.actors.v1.ActorHost.ReadState:input_type -> sigx.actors.v1.ReadStateRequest
+	9,  // 49: sigx.actors.v1.ActorHost.SetTimer:input_type -> sigx.actors.v1.SetTimerRequest
+	11, // 50: sigx.actors.v1.ActorHost.CancelTimer:input_type -> sigx.actors.v1.CancelTimerRequest
+	13, // 51: sigx.actors.v1.ActorHost.SetReminder:input_type -> sigx.actors.v1.SetReminderRequest
+	15, // 52: sigx.actors.v1.ActorHost.DeleteReminder:input_type -> sigx.actors.v1.DeleteReminderRequest
+	17, // 53: sigx.actors.v1.ActorHost.ListReminders:input_type -> sigx.actors.v1.ListRemindersRequest
+	3,  // 54: sigx.actors.v1.ActorHost.Locate:input_type -> sigx.actors.v1.LocateRequest
+	5,  // 55: sigx.actors.v1.ActorHost.ListActors:input_type -> sigx.actors.v1.ListActorsRequest
+	29, // 56: sigx.actors.v1.ActorHost.Serve:output_type -> sigx.actors.v1.SidecarMessage
+	41, // 57: sigx.actors.v1.ActorHost.Call:output_type -> sigx.actors.v1.CallResponse
+	43, // 58: sigx.actors.v1.ActorHost.Members:output_type -> sigx.actors.v1.MembersResponse
+	41, // 59: sigx.actors.v1.ActorHost.DispatchOn:output_type -> sigx.actors.v1.CallResponse
+	43, // 60: sigx.actors.v1.ActorHost.WatchMembers:output_type -> sigx.actors.v1.MembersResponse
+	47, // 61: sigx.actors.v1.ActorHost.Status:output_type -> sigx.actors.v1.StatusResponse
+	21, // 62: sigx.actors.v1.ActorHost.ReadState:output_type -> sigx.actors.v1.ReadStateResponse
+	10, // 63: sigx.actors.v1.ActorHost.SetTimer:output_type -> sigx.actors.v1.SetTimerResponse
+	12, // 64: sigx.actors.v1.ActorHost.CancelTimer:output_type -> sigx.actors.v1.CancelTimerResponse
+	14, // 65: sigx.actors.v1.ActorHost.SetReminder:output_type -> sigx.actors.v1.SetReminderResponse
+	16, // 66: sigx.actors.v1.ActorHost.DeleteReminder:output_type -> sigx.actors.v1.DeleteReminderResponse
+	18, // 67: sigx.actors.v1.ActorHost.ListReminders:output_type -> sigx.actors.v1.ListRemindersResponse
+	4,  // 68: sigx.actors.v1.ActorHost.Locate:output_type -> sigx.actors.v1.LocateResponse
+	6,  // 69: sigx.actors.v1.ActorHost.ListActors:output_type -> sigx.actors.v1.ListActorsResponse
+	56, // [56:70] is the sub-list for method output_type
+	42, // [42:56] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_sigx_actors_v1_app_proto_init() }

@@ -84,6 +84,7 @@ pub fn list_response(page: ListPage) -> v1::ListActorsResponse {
                 actor: e.actor,
                 host_id: e.host_id,
                 activation_id: e.activation_id,
+                reminders: Vec::new(),
             })
             .collect(),
         next_page_token: page.next.as_ref().map(encode_token).unwrap_or_default(),

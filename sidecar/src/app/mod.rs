@@ -340,11 +340,21 @@ impl ActorHost for AppService {
     ) -> Result<Response<v1::ListActorsResponse>, Status> {
         let deadline = self.deadline(&request, request.get_ref().timeout_ms);
         let (actor_type, page_size, after) = enumerate::list_request(request.get_ref())?;
+        let with_reminders = request.get_ref().with_reminders;
         let page = self
             .dispatcher
             .list_actors(actor_type, page_size, after, deadline)
             .await?;
-        Ok(Response::new(enumerate::list_response(page)))
+        let mut response = enumerate::list_response(page);
+        if with_reminders {
+            for location in &mut response.actors {
+                let actor = actor_of(location.actor.as_ref(), "actor")?;
+                location.reminders = crate::reminders::api::list(&self.runtime, actor)
+                    .await?
+                    .reminders;
+            }
+        }
+        Ok(Response::new(response))
     }
 
     async fn members(

@@ -57,16 +57,18 @@ class LocateResponse(_message.Message):
     def __init__(self, active: _Optional[bool] = ..., host_id: _Optional[str] = ..., activation_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class ListActorsRequest(_message.Message):
-    __slots__ = ("actor_type", "page_size", "page_token", "timeout_ms")
+    __slots__ = ("actor_type", "page_size", "page_token", "timeout_ms", "with_reminders")
     ACTOR_TYPE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    WITH_REMINDERS_FIELD_NUMBER: _ClassVar[int]
     actor_type: str
     page_size: int
     page_token: str
     timeout_ms: int
-    def __init__(self, actor_type: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    with_reminders: bool
+    def __init__(self, actor_type: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., with_reminders: _Optional[bool] = ...) -> None: ...
 
 class ListActorsResponse(_message.Message):
     __slots__ = ("actors", "next_page_token", "incomplete", "skipped")
@@ -81,14 +83,16 @@ class ListActorsResponse(_message.Message):
     def __init__(self, actors: _Optional[_Iterable[_Union[ActorLocation, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., incomplete: _Optional[bool] = ..., skipped: _Optional[_Iterable[_Union[SkippedPartitions, _Mapping]]] = ...) -> None: ...
 
 class ActorLocation(_message.Message):
-    __slots__ = ("actor", "host_id", "activation_id")
+    __slots__ = ("actor", "host_id", "activation_id", "reminders")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     HOST_ID_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REMINDERS_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     host_id: str
     activation_id: str
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., host_id: _Optional[str] = ..., activation_id: _Optional[str] = ...) -> None: ...
+    reminders: _containers.RepeatedCompositeFieldContainer[ReminderInfo]
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., host_id: _Optional[str] = ..., activation_id: _Optional[str] = ..., reminders: _Optional[_Iterable[_Union[ReminderInfo, _Mapping]]] = ...) -> None: ...
 
 class SkippedPartitions(_message.Message):
     __slots__ = ("owner", "reason", "partitions")
