@@ -524,3 +524,65 @@ async fn a_nested_call_from_inside_a_turn_continues_the_trace_across_three_hosts
     assert_eq!(turn_b.service, "sigx-by-env");
     assert_eq!(turn_c.service, "sigx-sidecar");
 }
+
+/// `SIGX_LOG_FORMAT=json` with export on: every line the sidecar writes is a JSON object, and
+/// the lines written inside a traced call carry its trace id (the activation's debug line here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_json_lines_carrying_the_trace_id_of_a_call() {
+    let scratch = Scratch::new("otlp-json-logs");
+    let collector = Collector::start(&scratch.0, free_port());
+    let socket = scratch.path("j.sock");
+    let mut sidecar = Sidecar::start_with_env(
+        &scratch,
+        &socket,
+        &[
+            "--membership",
+            "none",
+            "--otlp-endpoint",
+            &collector.endpoint,
+        ],
+        &[
+            ("SIGX_LOG_FORMAT", "json"),
+            ("SIGX_LOG", "info,sigx_sidecar=debug"),
+        ],
+    );
+    let client = Client::lazy(&socket).with_timeout(Duration::from_secs(10));
+    let counter = ActorType::new("Counter", |_ctx: Context| async { Ok(()) })
+        .method("hit", |_ctx| async move { Ok("ok".into()) });
+    let _serving = App::new("json-logs").actor(counter).spawn(&client);
+    sidecar.wait_ready();
+    let traced = client.with_trace(Some(v1::TraceContext {
+        traceparent: format!("00-{TRACE_ID}-{CALLER_SPAN}-01"),
+        tracestate: String::new(),
+    }));
+    traced
+        .call("Counter", "j", "hit", "")
+        .await
+        .expect("the traced call");
+    assert!(
+        sidecar.proc.terminate(Duration::from_secs(10)).is_some(),
+        "the sidecar stops"
+    );
+    let log = sidecar.proc.log_text();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("a log line is not JSON ({e}): {l:?}"))
+        })
+        .collect();
+    assert!(lines.len() > 3, "too few lines: {log}");
+    let traced_lines: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["trace_id"] == TRACE_ID).collect();
+    assert!(
+        traced_lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "activated"
+                && l["span_id"].as_str().is_some_and(|s| s.len() == 16)),
+        "no line of the call's activation carries trace id {TRACE_ID}:\n{log}"
+    );
+    assert!(
+        lines.iter().any(|l| l.get("trace_id").is_none()),
+        "lines outside any call carry no trace id:\n{log}"
+    );
+}
