@@ -586,3 +586,73 @@ async fn json_logs_are_json_lines_carrying_the_trace_id_of_a_call() {
         "lines outside any call carry no trace id:\n{log}"
     );
 }
+
+/// A reminder firing is a trace of its own: a root `sigx.reminder.fire` span naming the reminder,
+/// with the turn it ran (and whatever routing it took) under it, and the app handed that turn's
+/// context.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_firing_is_a_root_span_with_its_turn_under_it() {
+    let scratch = Scratch::new("otlp-reminder");
+    let collector = Collector::start(&scratch.0, free_port());
+    let socket = scratch.path("r.sock");
+    let mut sidecar = Sidecar::start(&scratch, &socket, &["--otlp-endpoint", &collector.endpoint]);
+    let client = Client::lazy(&socket).with_timeout(Duration::from_secs(10));
+    let (fired_tx, mut fired_rx) = tokio::sync::mpsc::unbounded_channel::<Option<String>>();
+    let alarm = ActorType::new("Alarm", |_ctx: Context| async { Ok(()) }).on_reminder(
+        move |ctx, _reminder| {
+            let _ = fired_tx.send(ctx.traceparent().map(str::to_string));
+            async { Ok(()) }
+        },
+    );
+    let _serving = App::new("reminders").actor(alarm).spawn(&client);
+    sidecar.wait_ready();
+    client
+        .set_reminder(
+            "Alarm",
+            "r1",
+            "wake",
+            sigx_sdk::Due::In(Duration::from_millis(100)),
+            None,
+            "",
+        )
+        .await
+        .expect("set the reminder");
+    let handed = tokio::time::timeout(Duration::from_secs(20), fired_rx.recv())
+        .await
+        .expect("the reminder fired within 20 s")
+        .expect("a firing");
+    assert!(
+        sidecar.proc.terminate(Duration::from_secs(10)).is_some(),
+        "the sidecar stops"
+    );
+    let all = collector.wait_for(Duration::from_secs(20), |spans| {
+        spans.iter().any(|s| s.name == "sigx.reminder.fire")
+            && spans.iter().any(|s| s.name == "sigx.turn")
+    });
+    let fire = all
+        .iter()
+        .find(|s| s.name == "sigx.reminder.fire")
+        .unwrap_or_else(|| panic!("no sigx.reminder.fire span: {all:#?}"));
+    assert_eq!(fire.parent_span_id, "", "a firing is a root: {fire:#?}");
+    let attr = |s: &Span, k: &str| sigx_e2e::otelcol::attribute(&s.attributes, k);
+    assert_eq!(attr(fire, "sigx.reminder.name"), "wake");
+    assert_eq!(attr(fire, "sigx.actor.key"), "r1");
+    assert_eq!(attr(fire, "sigx.result"), "ok");
+    let turn = all
+        .iter()
+        .find(|s| s.name == "sigx.turn" && s.trace_id == fire.trace_id)
+        .unwrap_or_else(|| panic!("no turn in the firing's trace: {all:#?}"));
+    // Up from the turn, through any routing span, to the firing.
+    let mut at = turn;
+    while at.parent_span_id != fire.span_id {
+        at = all
+            .iter()
+            .find(|s| s.span_id == at.parent_span_id && s.trace_id == fire.trace_id)
+            .unwrap_or_else(|| panic!("{} does not lead up to the firing: {all:#?}", at.name));
+    }
+    assert_eq!(
+        handed.as_deref(),
+        Some(format!("00-{}-{}-01", fire.trace_id, turn.span_id).as_str()),
+        "the app was handed the reminder turn's context"
+    );
+}
