@@ -198,19 +198,7 @@ impl Router {
         if let Some(h) = self.routes.get(view, actor) {
             return Ok((h, Found::Cached));
         }
-        let lookup = crate::trace::step(
-            "sigx.directory.lookup",
-            opentelemetry::trace::SpanKind::Internal,
-            || crate::trace::actor_only_attrs(actor),
-        );
-        let located = crate::trace::traced(lookup, async {
-            let located = self.locator.locate(actor, deadline).await;
-            if let Ok(Some(h)) = &located {
-                crate::trace::annotate(|| [opentelemetry::KeyValue::new("sigx.host", h.clone())]);
-            }
-            located
-        })
-        .await?;
+        let located = super::locator::locate_traced(&*self.locator, actor, deadline).await?;
         // The lookup may have waited (a partition recovering after a departure): judge its
         // answer, and place, against the view as it is now, not as it was before the lookup.
         let now = self.membership.view();
