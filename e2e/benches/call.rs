@@ -537,7 +537,7 @@ fn main() {
             let collector = sigx_e2e::otelcol::Collector::start(dir.path(), port);
             let args = sigx_sidecar::trace::TraceArgs {
                 otlp_endpoint: Some(collector.endpoint.clone()),
-                trace_sample_ratio: 1.0,
+                ..Default::default()
             };
             let tracing = sigx_sidecar::trace::init(&args, "bench").unwrap();
             let trace = v1::TraceContext {

@@ -41,6 +41,8 @@ pub struct Span {
     /// Empty for a root span.
     pub parent_span_id: String,
     pub host: String,
+    /// The resource's `service.name`.
+    pub service: String,
     pub attributes: serde_json::Value,
 }
 
@@ -119,6 +121,7 @@ impl Collector {
             };
             for rs in doc["resourceSpans"].as_array().into_iter().flatten() {
                 let host = attribute(&rs["resource"]["attributes"], "sigx.host");
+                let service = attribute(&rs["resource"]["attributes"], "service.name");
                 for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
                     for s in ss["spans"].as_array().into_iter().flatten() {
                         let text = |k: &str| s[k].as_str().unwrap_or_default().to_string();
@@ -128,6 +131,7 @@ impl Collector {
                             span_id: text("spanId"),
                             parent_span_id: text("parentSpanId"),
                             host: host.clone(),
+                            service: service.clone(),
                             attributes: s["attributes"].clone(),
                         });
                     }

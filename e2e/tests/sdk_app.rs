@@ -541,3 +541,59 @@ async fn the_sidecar_runs_on_the_runtime_threads_it_is_given() {
         serving.shutdown().await.unwrap();
     }
 }
+
+/// A turn exposes its W3C trace context (`ctx.trace()`, `ctx.traceparent()`), and a call made
+/// through the turn's `ctx.client()` carries it: with export off the sidecar passes the context
+/// through unchanged, so the nested turn sees exactly the outer caller's. A call through a client
+/// without the turn's trace reaches an untraced turn (the check can fail).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_exposes_its_trace_and_a_nested_call_carries_it() {
+    let scratch = Scratch::new("trace");
+    let socket = scratch.path("s.sock");
+    let _sidecar = Sidecar::start(&scratch, &socket, &[]);
+    let client = Client::lazy(&socket).with_timeout(Duration::from_secs(5));
+    let seen = |ctx: &Context| {
+        ctx.trace()
+            .map(|t| format!("{}|{}", t.traceparent, t.tracestate))
+    };
+    let relay = ActorType::new("Relay", |_ctx: Context| async { Ok(()) })
+        .json_method("inner", move |ctx, (): ()| async move { Ok(seen(&ctx)) })
+        .json_method("outer", move |ctx, detached: bool| async move {
+            let via = if detached {
+                ctx.client().with_trace(None)
+            } else {
+                ctx.client().clone()
+            };
+            let inner: Option<String> = via
+                .call_json("Relay", &format!("{}-inner", ctx.key()), "inner", &())
+                .await?;
+            Ok((seen(&ctx), ctx.traceparent().map(str::to_string), inner))
+        });
+    let serving = App::new("sdk-trace").actor(relay).spawn(&client);
+    tokio::time::timeout(Duration::from_secs(5), serving.registered(1))
+        .await
+        .expect("registered within 5s")
+        .expect("registered");
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = client.with_trace(Some(sigx_sdk::proto::TraceContext {
+        traceparent: parent.into(),
+        tracestate: "sigx=rust".into(),
+    }));
+    let want = Some(format!("{parent}|sigx=rust"));
+    type Seen = (Option<String>, Option<String>, Option<String>);
+    let (outer, traceparent, inner): Seen = traced
+        .call_json("Relay", "o", "outer", &false)
+        .await
+        .unwrap();
+    assert_eq!(outer, want, "the outer turn's trace");
+    assert_eq!(traceparent.as_deref(), Some(parent));
+    assert_eq!(inner, want, "the nested call carried the turn's trace");
+    let (outer, _, inner): Seen = traced
+        .call_json("Relay", "d", "outer", &true)
+        .await
+        .unwrap();
+    assert_eq!((outer, inner), (want, None), "a client without the trace");
+    let plain: Option<String> = client.call_json("Relay", "p", "inner", &()).await.unwrap();
+    assert_eq!(plain, None, "an untraced call's turn has no trace");
+    serving.shutdown().await.unwrap();
+}

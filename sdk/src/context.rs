@@ -110,6 +110,13 @@ impl Context {
         self.client.trace().map(|t| t.traceparent.as_str())
     }
 
+    /// This turn's whole W3C trace context (`traceparent` and `tracestate`), when the call that
+    /// caused it was traced. With the sidecar exporting spans it names the sidecar's `sigx.turn`
+    /// span; with export off, the caller's own context, passed through unchanged.
+    pub fn trace(&self) -> Option<&crate::proto::TraceContext> {
+        self.client.trace()
+    }
+
     /// A client for calling other actors through the same sidecar.
     pub fn client(&self) -> &Client {
         &self.client

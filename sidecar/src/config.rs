@@ -266,6 +266,11 @@ pub struct Args {
     #[arg(long, env = "SIGX_STATE_DSN_FILE")]
     pub state_dsn_file: Option<PathBuf>,
 
+    /// How log lines are written to stderr: `text`, or `json` (one object per line, with the
+    /// `trace_id` / `span_id` of the traced call it was written in). `SIGX_LOG` filters them.
+    #[arg(long, env = "SIGX_LOG_FORMAT", value_enum, default_value_t = crate::logs::LogFormat::Text)]
+    pub log_format: crate::logs::LogFormat,
+
     /// Distributed tracing: OTLP export and its sampling (sidecar/src/trace.rs).
     #[command(flatten)]
     pub tracing: crate::trace::TraceArgs,

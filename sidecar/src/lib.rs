@@ -20,6 +20,7 @@ pub mod config;
 pub mod directory;
 pub mod health;
 pub mod host;
+pub mod logs;
 pub mod membership;
 pub mod mesh;
 pub mod metrics;

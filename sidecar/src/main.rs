@@ -10,6 +10,7 @@ use sigx_sidecar::trace;
 fn main() {
     let args = Args::parse();
     let trace_args = args.tracing.clone();
+    let log_format = args.log_format;
     let cfg = match args.validate() {
         Ok(cfg) => cfg,
         Err(e) => {
@@ -18,13 +19,7 @@ fn main() {
         }
     };
     let _ = rustls::crypto::ring::default_provider().install_default();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SIGX_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    sigx_sidecar::logs::init(log_format);
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = cfg.worker_threads {
         rt.worker_threads(n);

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The exporting tracer, set once by [`init`] (in the sidecar binary only). Unset = export off.
 static TRACER: OnceLock<Tracer> = OnceLock::new();
 
-/// Tracing flags of the sidecar (flattened into `config::Args`).
+/// Tracing flags of the sidecar (flattened into `config::Args`). Each reads OpenTelemetry's
+/// standard variable where one exists, so the usual `OTEL_*` environment configures export.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TraceArgs {
     /// Export the sidecar's spans over OTLP/gRPC to this collector, e.g. `http://otel:4317`.
@@ -36,19 +37,105 @@ pub struct TraceArgs {
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
 
+    /// The traces-only endpoint; wins over `--otlp-endpoint` (OpenTelemetry's precedence).
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")]
+    pub otlp_traces_endpoint: Option<String>,
+
     /// The fraction of new traces (calls that arrive without a sampled parent) to record, 0..=1.
     /// Parent-based: a call whose `traceparent` says sampled is always recorded, one that says
-    /// not sampled never is.
-    #[arg(long, env = "SIGX_TRACE_SAMPLE_RATIO", default_value_t = 1.0)]
-    pub trace_sample_ratio: f64,
+    /// not sampled never is. Unset: `OTEL_TRACES_SAMPLER_ARG` for a ratio sampler, else 1.
+    #[arg(long, env = "SIGX_TRACE_SAMPLE_RATIO")]
+    pub trace_sample_ratio: Option<f64>,
+
+    /// The sampler by OpenTelemetry's names: `parentbased_traceidratio` (the default),
+    /// `parentbased_always_on`, `parentbased_always_off`, `traceidratio`, `always_on`,
+    /// `always_off`.
+    #[arg(long, env = "OTEL_TRACES_SAMPLER")]
+    pub trace_sampler: Option<String>,
+
+    /// The ratio of a `*traceidratio` sampler (OpenTelemetry's `OTEL_TRACES_SAMPLER_ARG`).
+    #[arg(long, env = "OTEL_TRACES_SAMPLER_ARG")]
+    pub trace_sampler_arg: Option<String>,
+
+    /// The `service.name` of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "sigx-sidecar")]
+    pub otel_service_name: String,
+}
+
+impl Default for TraceArgs {
+    /// Export off, the default sampler and service name.
+    fn default() -> Self {
+        TraceArgs {
+            otlp_endpoint: None,
+            otlp_traces_endpoint: None,
+            trace_sample_ratio: None,
+            trace_sampler: None,
+            trace_sampler_arg: None,
+            otel_service_name: "sigx-sidecar".into(),
+        }
+    }
+}
+
+impl TraceArgs {
+    /// The endpoint export goes to, if any (the traces-only one first; empty = unset).
+    pub fn endpoint(&self) -> Option<&str> {
+        [&self.otlp_traces_endpoint, &self.otlp_endpoint]
+            .into_iter()
+            .flatten()
+            .map(String::as_str)
+            .find(|e| !e.is_empty())
+    }
+
+    /// The sampler the flags name, with the reason when they name none.
+    pub fn sampler(&self) -> Result<Sampler, TraceError> {
+        let name = self
+            .trace_sampler
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or("parentbased_traceidratio");
+        let arg = match self.trace_sampler_arg.as_deref().filter(|a| !a.is_empty()) {
+            None => None,
+            Some(a) => Some(
+                a.trim()
+                    .parse::<f64>()
+                    .map_err(|_| TraceError::SamplerArg(a.to_string()))?,
+            ),
+        };
+        let ratio = self.trace_sample_ratio.or(arg).unwrap_or(1.0);
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(TraceError::Ratio(ratio));
+        }
+        let parent = |root| Sampler::ParentBased(Box::new(root));
+        Ok(match name {
+            "always_on" => Sampler::AlwaysOn,
+            "always_off" => Sampler::AlwaysOff,
+            "traceidratio" => Sampler::TraceIdRatioBased(ratio),
+            "parentbased_always_on" => parent(Sampler::AlwaysOn),
+            "parentbased_always_off" => parent(Sampler::AlwaysOff),
+            "parentbased_traceidratio" => parent(Sampler::TraceIdRatioBased(ratio)),
+            other => return Err(TraceError::Sampler(other.to_string())),
+        })
+    }
 }
 
 /// Why tracing could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The ratio is outside 0..=1.
-    #[error("--trace-sample-ratio {0} is outside 0..=1: give a fraction such as 0.1")]
+    #[error(
+        "trace sample ratio {0} is outside 0..=1 (--trace-sample-ratio / \
+         OTEL_TRACES_SAMPLER_ARG): give a fraction such as 0.1"
+    )]
     Ratio(f64),
+    /// `OTEL_TRACES_SAMPLER_ARG` is no number.
+    #[error("OTEL_TRACES_SAMPLER_ARG={0:?} is not a number: give a fraction such as 0.1")]
+    SamplerArg(String),
+    /// `OTEL_TRACES_SAMPLER` names no sampler sigx has.
+    #[error(
+        "OTEL_TRACES_SAMPLER={0:?} is not a sampler sigx knows: use parentbased_traceidratio, \
+         parentbased_always_on, parentbased_always_off, traceidratio, always_on or always_off"
+    )]
+    Sampler(String),
     /// The OTLP exporter refused its configuration (e.g. a malformed endpoint).
     #[error("cannot build the OTLP exporter for {endpoint:?}: {reason}; check --otlp-endpoint")]
     Exporter { endpoint: String, reason: String },
@@ -74,10 +161,9 @@ impl Tracing {
 /// Turns export on when `args` names an endpoint. Call inside the tokio runtime (the gRPC
 /// channel lives there) and once per process.
 pub fn init(args: &TraceArgs, host_id: &str) -> Result<Tracing, TraceError> {
-    if !(0.0..=1.0).contains(&args.trace_sample_ratio) {
-        return Err(TraceError::Ratio(args.trace_sample_ratio));
-    }
-    let Some(endpoint) = args.otlp_endpoint.clone().filter(|e| !e.is_empty()) else {
+    // Checked with export off too: a bad value is a configuration error either way.
+    let sampler = args.sampler()?;
+    let Some(endpoint) = args.endpoint().map(str::to_string) else {
         return Ok(Tracing { provider: None });
     };
     let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -89,20 +175,20 @@ pub fn init(args: &TraceArgs, host_id: &str) -> Result<Tracing, TraceError> {
             reason: e.to_string(),
         })?;
     let resource = opentelemetry_sdk::Resource::builder_empty()
-        .with_service_name("sigx-sidecar")
+        .with_service_name(args.otel_service_name.clone())
         .with_attribute(KeyValue::new("sigx.host", host_id.to_string()))
         .build();
+    let sampler_name = format!("{sampler:?}");
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(LoggedExporter::new(exporter, endpoint.clone()))
-        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-            args.trace_sample_ratio,
-        ))))
+        .with_sampler(sampler)
         .with_resource(resource)
         .build();
     let _ = TRACER.set(provider.tracer("sigx-sidecar"));
     tracing::info!(
         endpoint,
-        ratio = args.trace_sample_ratio,
+        sampler = sampler_name,
+        service = args.otel_service_name,
         "exporting traces over OTLP/gRPC"
     );
     Ok(Tracing {
@@ -149,6 +235,16 @@ pub fn current() -> Option<v1::TraceContext> {
     Context::map_current(inject)
 }
 
+/// The ambient span's trace and span ids in W3C hex, if a trace is ambient (for log lines).
+pub fn current_ids() -> Option<(String, String)> {
+    Context::map_current(|cx| {
+        let span = cx.span();
+        let sc = span.span_context();
+        sc.is_valid()
+            .then(|| (sc.trace_id().to_string(), sc.span_id().to_string()))
+    })
+}
+
 /// Starts span `name` as a child of `parent` and returns the context holding it. With export
 /// off, `parent` itself (the trace passes through, no span is made).
 pub fn child(
@@ -181,18 +277,75 @@ pub fn child_of_current(
     (enabled() || cx.span().span_context().is_valid()).then(|| child(&cx, name, kind, attrs))
 }
 
+/// A span for one inner step of a traced call (routing, a directory look-up or claim, a state
+/// commit): a child of the ambient context, made only when export is on *and* a trace is
+/// ambient. `attrs` is built only then, so with export off a step costs one `OnceLock` read,
+/// and background work outside any call (a rebalance's look-ups) makes no stray roots.
+pub fn step(
+    name: &'static str,
+    kind: SpanKind,
+    attrs: impl FnOnce() -> Vec<KeyValue>,
+) -> Option<Context> {
+    TRACER.get()?;
+    let cx = Context::current();
+    cx.span()
+        .span_context()
+        .is_valid()
+        .then(|| child(&cx, name, kind, attrs()))
+}
+
+/// A new root span (its own trace, sampled by the ratio) for work no call caused, such as a
+/// reminder firing; `None` with export off. What it covers runs under it with [`traced`].
+pub fn root(
+    name: &'static str,
+    kind: SpanKind,
+    attrs: impl FnOnce() -> Vec<KeyValue>,
+) -> Option<Context> {
+    TRACER.get()?;
+    Some(child(&Context::new(), name, kind, attrs()))
+}
+
+/// Sets attributes on the ambient span, when export is on (`kvs` is built only then): what a
+/// span learns while it runs, such as the host a call was routed to.
+pub fn annotate<I: IntoIterator<Item = KeyValue>>(kvs: impl FnOnce() -> I) {
+    if enabled() {
+        Context::map_current(|cx| cx.span().set_attributes(kvs()));
+    }
+}
+
+/// Runs `fut` with `cx` (when given) as its ambient context, ending no span: for work done
+/// under a span that someone else ends (an activation's claim under its `sigx.activate`).
+pub async fn within<F: Future>(cx: Option<Context>, fut: F) -> F::Output {
+    match cx {
+        None => fut.await,
+        Some(cx) => fut.with_context(cx).await,
+    }
+}
+
 /// Ends the span of `cx` with the outcome of what it covered: the error kind as `sigx.result`
 /// and an error status, or `ok`.
 pub fn finish<T>(cx: &Context, outcome: &Result<T, ActorError>) {
+    finish_as(
+        cx,
+        outcome
+            .as_ref()
+            .err()
+            .map(|e| (e.kind.as_str(), e.message.as_str())),
+    );
+}
+
+/// Ends the span of `cx`: `ok`, or the failure's kind (as `sigx.result`) and message (as the
+/// error status), for steps whose errors are not `ActorError`s (a state store's).
+pub fn finish_as(cx: &Context, failure: Option<(&'static str, &str)>) {
     if !enabled() {
         return;
     }
     let span = cx.span();
-    match outcome {
-        Ok(_) => span.set_attribute(KeyValue::new("sigx.result", "ok")),
-        Err(e) => {
-            span.set_attribute(KeyValue::new("sigx.result", e.kind.as_str()));
-            span.set_status(SpanStatus::error(e.message.clone()));
+    match failure {
+        None => span.set_attribute(KeyValue::new("sigx.result", "ok")),
+        Some((kind, message)) => {
+            span.set_attribute(KeyValue::new("sigx.result", kind));
+            span.set_status(SpanStatus::error(message.to_string()));
         }
     }
     span.end();
@@ -213,12 +366,19 @@ where
     }
 }
 
-/// The attributes every sigx span carries about its actor.
+/// The attributes every sigx span of a call carries about its actor and method.
 pub fn actor_attrs(actor: &crate::runtime::ActorId, method: &str) -> Vec<KeyValue> {
+    let mut attrs = actor_only_attrs(actor);
+    attrs.push(KeyValue::new("sigx.method", method.to_string()));
+    attrs
+}
+
+/// The actor's attributes alone, for steps about the actor rather than one method (a
+/// directory look-up or claim, a state commit).
+pub fn actor_only_attrs(actor: &crate::runtime::ActorId) -> Vec<KeyValue> {
     vec![
         KeyValue::new("sigx.actor.type", actor.actor_type.to_string()),
         KeyValue::new("sigx.actor.key", actor.key.to_string()),
-        KeyValue::new("sigx.method", method.to_string()),
     ]
 }
 
@@ -356,8 +516,8 @@ mod tests {
     fn refuses_a_ratio_outside_zero_to_one_and_stays_off_without_an_endpoint() {
         for ratio in [-0.1, 1.5, f64::NAN] {
             let args = TraceArgs {
-                otlp_endpoint: None,
-                trace_sample_ratio: ratio,
+                trace_sample_ratio: Some(ratio),
+                ..TraceArgs::default()
             };
             assert!(
                 matches!(init(&args, "h"), Err(TraceError::Ratio(_))),
@@ -366,12 +526,61 @@ mod tests {
         }
         let args = TraceArgs {
             otlp_endpoint: Some(String::new()),
-            trace_sample_ratio: 0.5,
+            trace_sample_ratio: Some(0.5),
+            ..TraceArgs::default()
         };
         init(&args, "h")
             .expect("an empty endpoint is off")
             .shutdown();
         assert!(!enabled(), "no endpoint, no export");
+    }
+
+    #[test]
+    fn reads_the_standard_sampler_and_endpoint_settings() {
+        let with = |sampler: &str, arg: &str, ratio: Option<f64>| TraceArgs {
+            trace_sampler: Some(sampler.into()),
+            trace_sampler_arg: Some(arg.into()),
+            trace_sample_ratio: ratio,
+            ..TraceArgs::default()
+        };
+        let dbg = |a: TraceArgs| format!("{:?}", a.sampler().expect("a sampler"));
+        assert_eq!(
+            dbg(TraceArgs::default()),
+            format!(
+                "{:?}",
+                Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(1.0)))
+            )
+        );
+        assert_eq!(
+            dbg(with("traceidratio", "0.25", None)),
+            format!("{:?}", Sampler::TraceIdRatioBased(0.25))
+        );
+        assert_eq!(
+            dbg(with("parentbased_traceidratio", "0.25", Some(0.5))),
+            format!(
+                "{:?}",
+                Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(0.5)))
+            ),
+            "sigx's own ratio wins over OTEL_TRACES_SAMPLER_ARG"
+        );
+        assert_eq!(
+            dbg(with("always_off", "", None)),
+            format!("{:?}", Sampler::AlwaysOff)
+        );
+        assert!(matches!(
+            with("jaeger_remote", "", None).sampler(),
+            Err(TraceError::Sampler(_))
+        ));
+        assert!(matches!(
+            with("traceidratio", "half", None).sampler(),
+            Err(TraceError::SamplerArg(_))
+        ));
+        let both = TraceArgs {
+            otlp_endpoint: Some("http://general:4317".into()),
+            otlp_traces_endpoint: Some("http://traces:4317".into()),
+            ..TraceArgs::default()
+        };
+        assert_eq!(both.endpoint(), Some("http://traces:4317"));
     }
 
     #[test]

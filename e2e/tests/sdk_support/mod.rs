@@ -173,6 +173,16 @@ impl Sidecar {
     /// 127.0.0.1). A port taken between picking and binding makes the sidecar exit; it is
     /// started again on other ports (up to three tries).
     pub fn start_with(scratch: &Scratch, socket: &Path, args: &[&str]) -> Sidecar {
+        Self::start_with_env(scratch, socket, args, &[])
+    }
+
+    /// [`Sidecar::start_with`] with `env` added to the sidecar's environment.
+    pub fn start_with_env(
+        scratch: &Scratch,
+        socket: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Sidecar {
         let mut last = String::new();
         for _ in 0..3 {
             let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
@@ -186,7 +196,8 @@ impl Sidecar {
                 .arg(&mesh)
                 .arg("--advertise")
                 .arg(&mesh)
-                .args(args);
+                .args(args)
+                .envs(env.iter().copied());
             let log = scratch.path(&format!("sidecar-{}.log", health.port()));
             let mut sidecar = Sidecar {
                 proc: Proc::spawn(cmd, log),

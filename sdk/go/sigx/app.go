@@ -165,6 +165,10 @@ type TurnInfo struct {
 	Epoch uint64
 	// NotAfter is when the turn is cancelled (zero = no bound beyond the caller's deadline).
 	NotAfter time.Time
+	// Trace is the turn's W3C trace context (zero when the call that caused it was untraced):
+	// the sidecar's turn span when it exports spans, else the caller's context. The handler's
+	// ctx carries it (TraceFromContext), so calls made with that ctx continue the trace.
+	Trace TraceContext
 }
 
 type turnKey struct{}

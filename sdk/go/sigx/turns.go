@@ -105,12 +105,19 @@ func (s *session) start(t *pb.Turn) {
 	if na != 0 {
 		info.NotAfter = time.UnixMilli(na)
 	}
+	if tr := t.GetTrace(); tr.GetTraceparent() != "" {
+		info.Trace = TraceContext{Traceparent: tr.GetTraceparent(), Tracestate: tr.GetTracestate()}
+	}
 	var api pb.ActorHostClient
 	if s.client != nil {
 		api = s.client.api
 	}
 	state := newState(api, t)
 	base := context.WithValue(context.WithValue(s.base, turnKey{}, info), storageKey{}, state)
+	if info.Trace.Traceparent != "" {
+		// Calls made with the turn's ctx continue its trace.
+		base = WithTrace(base, info.Trace)
+	}
 	if s.client != nil {
 		base = context.WithValue(base, clientKey{}, s.client)
 	}

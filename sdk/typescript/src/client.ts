@@ -7,6 +7,7 @@ import type { ReadStateRequest, WireEntry } from './storage.js';
 import { ActorHostClient } from './proto.js';
 import { infoFromWire, Reminders, setRequest, type ReminderApi, type ReminderInfo, type ReminderOptions } from './reminders.js';
 import { setTimerRequest, type TimerApi, type TimerOptions } from './timers.js';
+import { currentTrace } from './trace.js';
 
 /** Slack on the gRPC deadline over the call's own: the sidecar answers TIMEOUT itself first. */
 const TRANSPORT_SLACK_MS = 2_000;
@@ -67,10 +68,15 @@ export class Client implements ReminderApi, TimerApi {
     this.raw = new ActorHostClient(this.target, grpc.credentials.createInsecure());
   }
 
-  /** Calls `method` on the actor or worker `type`/`key` with a JSON argument; resolves with the JSON result. */
+  /**
+   * Calls `method` on the actor or worker `type`/`key` with a JSON argument; resolves with the JSON
+   * result. Inside a handler the call carries the turn's W3C trace context (`options.trace`
+   * overrides it), so the callee's spans and turn continue the turn's trace.
+   */
   async call(type: string, key: string, method: string, arg?: unknown, options: CallOptions = {}): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const res = await this.unary('Call', { actor: { actorType: type, key }, method, payload: encode(arg), timeoutMs }, timeoutMs, options.signal);
+    const trace = options.trace === undefined ? currentTrace() : options.trace ?? undefined;
+    const res = await this.unary('Call', { actor: { actorType: type, key }, method, payload: encode(arg), timeoutMs, trace }, timeoutMs, options.signal);
     return decode(res.payload);
   }
 

@@ -5,6 +5,7 @@
 import type { Reminder, Reminders } from './reminders.js';
 import type { Storage } from './storage.js';
 import type { TimerTick, Timers } from './timers.js';
+import type { TraceContext } from './trace.js';
 
 /** Why an activation ends (`superseded`: a newer activation exists; its writes are ignored). */
 export type DeactivateReason = 'idle' | 'shutdown' | 'superseded' | 'unspecified';
@@ -43,6 +44,12 @@ export interface ActorContext<S> {
    * TIMEOUT whatever the handler does, and another host may already hold the actor.
    */
   readonly signal: AbortSignal;
+  /**
+   * The turn's W3C trace context (undefined when the call that caused it was untraced): the
+   * sidecar's turn span when it exports spans, else the caller's context. Calls the handler makes
+   * carry it already (see `currentTrace`).
+   */
+  readonly trace?: TraceContext;
 }
 
 /** What a worker handler sees: no state, no identity beyond the key it was called with. */
@@ -50,6 +57,8 @@ export interface WorkerContext {
   readonly key: string;
   /** As for actors: aborted at not-after or on the fence notice. */
   readonly signal: AbortSignal;
+  /** As for actors: the turn's W3C trace context, carried by the calls the handler makes. */
+  readonly trace?: TraceContext;
 }
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -138,6 +147,11 @@ export interface CallOptions {
   timeoutMs?: number;
   /** Aborting it cancels the call (the outcome is then unknown). */
   signal?: AbortSignal;
+  /**
+   * The W3C trace context the call carries; default `currentTrace()` (inside a handler, the
+   * turn's). `null` sends none.
+   */
+  trace?: TraceContext | null;
 }
 
 /** The client-side method for one handler: its argument (if any) and its awaited result. */

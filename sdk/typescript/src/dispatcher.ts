@@ -6,6 +6,7 @@ import { ActorError, kindEnumName } from './errors.js';
 import { reminderFromWire, Reminders, type ReminderApi } from './reminders.js';
 import { tickFromWire, Timers, type TimerApi } from './timers.js';
 import { Storage, type StateReader, type WireWrite } from './storage.js';
+import { traceFromWire, withTrace } from './trace.js';
 
 /** Unix milliseconds on the pod's wall clock, and a timer on it. Injected by tests. */
 export interface Clock {
@@ -33,6 +34,8 @@ export interface WireTurn {
   reminder?: { name: string; payload: Uint8Array; dueUnixMs: string | number; periodMs: string | number; attempt: number };
   timer?: { name: string; payload: Uint8Array; periodMs: string | number; dueUnixMs: string | number; skipped: string | number };
   deactivate?: { reason: string };
+  /** The turn's W3C trace context (null when the call that caused it was untraced). */
+  trace?: { traceparent: string; tracestate: string } | null;
 }
 export interface WireResult {
   turnId: string;
@@ -135,7 +138,7 @@ export class Dispatcher {
       const act: Activation = { ctx: undefined as never, tail: Promise.resolve() };
       const state = spec.state ? spec.state() : undefined;
       return this.run(turn, notAfter, async (signal) => {
-        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), timers: new Timers(this.reminders, def.name, turn.actor.key, turn.activationId), activationId: turn.activationId, epoch: storage.epoch, storage, signal };
+        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), timers: new Timers(this.reminders, def.name, turn.actor.key, turn.activationId), activationId: turn.activationId, epoch: storage.epoch, storage, signal, trace: traceFromWire(turn.trace) };
         if (spec.onActivate) await spec.onActivate(act.ctx);
         return undefined;
       }, () => {
@@ -148,7 +151,7 @@ export class Dispatcher {
         `no live activation ${turn.activationId} of ${def.name}/${turn.actor.key} in this app (it was dropped); the sidecar activates it again on the next call`));
     }
     const body = (signal: AbortSignal): Promise<unknown> => {
-      const ctx = { ...act.ctx, signal, storage } as ActorContext<unknown>;
+      const ctx = { ...act.ctx, signal, storage, trace: traceFromWire(turn.trace) } as ActorContext<unknown>;
       // Writes to ctx.state replace the activation's state for later turns.
       const done = (v: unknown) => { act.ctx.state = ctx.state; return v; };
       if (turn.kind === 'deactivate') {
@@ -196,7 +199,7 @@ export class Dispatcher {
     const h = Object.hasOwn(def.spec.methods, method) ? def.spec.methods[method] : undefined;
     if (!h) return Promise.resolve(err(turn.turnId, 'INVALID', `${def.name} has no method ${JSON.stringify(method)}`));
     return this.run(turn, notAfter, (signal) => {
-      const ctx: WorkerContext = { key: turn.actor.key, signal };
+      const ctx: WorkerContext = { key: turn.actor.key, signal, trace: traceFromWire(turn.trace) };
       return Promise.resolve(h(ctx, decodeArg(turn.invoke!.payload)));
     });
   }
@@ -228,7 +231,8 @@ export class Dispatcher {
       }
       let out: Promise<unknown>;
       try {
-        out = body(abort.signal);
+        // Calls the handler makes (awaited or not) continue the turn's trace.
+        out = withTrace(traceFromWire(turn.trace), () => body(abort.signal));
       } catch (e) {
         out = Promise.reject(e);
       }

@@ -15,5 +15,7 @@ export type { StateReader, ReadStateRequest, WireEntry, WireWrite } from './stor
 export * from './errors.js';
 export { Reminders } from './reminders.js';
 export { Timers } from './timers.js';
+export { currentTrace, withTrace } from './trace.js';
+export type { TraceContext } from './trace.js';
 export type { TimerApi, TimerOptions, TimerTick } from './timers.js';
 export type { Reminder, ReminderApi, ReminderDue, ReminderInfo, ReminderOptions } from './reminders.js';

@@ -497,9 +497,25 @@ impl ActivationGate for DirectoryGate {
         self.check_accepting()?;
         let span =
             tracing::debug_span!("directory.claim", host = %self.dir.inner.me, actor = %actor);
-        self.claim_inner(actor, activation_id, deadline)
-            .instrument(span)
-            .await
+        // Under the activation's span when its call is traced: the claim (Rule 1's register).
+        let cx = crate::trace::step(
+            "sigx.directory.register",
+            opentelemetry::trace::SpanKind::Internal,
+            || {
+                let mut attrs = crate::trace::actor_only_attrs(actor);
+                attrs.push(opentelemetry::KeyValue::new(
+                    "sigx.host",
+                    self.dir.inner.me.to_string(),
+                ));
+                attrs
+            },
+        );
+        crate::trace::traced(
+            cx,
+            self.claim_inner(actor, activation_id, deadline)
+                .instrument(span),
+        )
+        .await
     }
 
     async fn release(&self, actor: &ActorId, activation_id: &str) {

@@ -52,3 +52,25 @@ pub trait Locator: Send + Sync + 'static {
         Vec::new()
     }
 }
+
+/// [`Locator::locate`] under a `sigx.directory.lookup` span when the call is traced (its
+/// `sigx.host` is the answer, when the directory named one).
+pub(super) async fn locate_traced(
+    locator: &dyn Locator,
+    actor: &ActorId,
+    deadline: Instant,
+) -> Result<Option<String>, ActorError> {
+    let cx = crate::trace::step(
+        "sigx.directory.lookup",
+        opentelemetry::trace::SpanKind::Internal,
+        || crate::trace::actor_only_attrs(actor),
+    );
+    crate::trace::traced(cx, async {
+        let located = locator.locate(actor, deadline).await;
+        if let Ok(Some(h)) = &located {
+            crate::trace::annotate(|| [opentelemetry::KeyValue::new("sigx.host", h.clone())]);
+        }
+        located
+    })
+    .await
+}

@@ -199,7 +199,7 @@ impl Router {
         if let Some(h) = self.routes.get(view, actor) {
             return Ok((h, Found::Cached));
         }
-        let located = self.locator.locate(actor, deadline).await?;
+        let located = super::locator::locate_traced(&*self.locator, actor, deadline).await?;
         // The lookup may have waited (a partition recovering after a departure): judge its
         // answer, and place, against the view as it is now, not as it was before the lookup.
         let now = self.membership.view();
@@ -316,9 +316,31 @@ impl Router {
             .await
     }
 
-    /// The routing loop; a new activation goes where `locality` prefers.
-    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor, method))]
+    /// The routing loop, a new activation going where `locality` prefers, under a `sigx.route`
+    /// span when the call is traced (its `sigx.host` is the host that answered; the look-ups,
+    /// activation and mesh hops it made are its children).
     pub async fn route_near(
+        &self,
+        actor: &ActorId,
+        method: &str,
+        payload: Bytes,
+        deadline: Instant,
+        locality: Locality,
+    ) -> Result<Bytes, ActorError> {
+        let cx = crate::trace::step(
+            "sigx.route",
+            opentelemetry::trace::SpanKind::Internal,
+            || crate::trace::actor_attrs(actor, method),
+        );
+        crate::trace::traced(
+            cx,
+            self.route_loop(actor, method, payload, deadline, locality),
+        )
+        .await
+    }
+
+    #[tracing::instrument(level = "debug", skip(self, payload), fields(actor = %actor, method))]
+    async fn route_loop(
         &self,
         actor: &ActorId,
         method: &str,
@@ -367,6 +389,15 @@ impl Router {
                     // otherwise (new decision, or the view changed meanwhile) record it.
                     if r.is_ok() && (found == Found::Decided || !self.routes.holds(&view)) {
                         self.routes.put(&view, actor, &host);
+                    }
+                    if r.is_ok() {
+                        crate::trace::annotate(|| {
+                            use opentelemetry::KeyValue as Kv;
+                            [
+                                Kv::new("sigx.host", host.clone()),
+                                Kv::new("sigx.route.cached", found == Found::Cached),
+                            ]
+                        });
                     }
                     last_target = Some(host);
                     r

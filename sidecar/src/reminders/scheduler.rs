@@ -306,16 +306,34 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         c.lateness.0.observe(late as f64 / 1000.0);
     }
     let deadline = ctx.clock.now() + ctx.cfg.call_timeout;
-    let outcome = ctx
-        .dispatcher
-        .call(
+    // Each firing is a trace of its own (no call caused it): routing, activation and the turn
+    // are its children.
+    let fire = crate::trace::root(
+        "sigx.reminder.fire",
+        opentelemetry::trace::SpanKind::Internal,
+        || {
+            use opentelemetry::KeyValue;
+            let mut attrs = crate::trace::actor_attrs(&row.actor, REMINDER_METHOD);
+            attrs.push(KeyValue::new("sigx.reminder.name", row.name.clone()));
+            attrs.push(KeyValue::new("sigx.reminder.due_unix_ms", row.due_unix_ms));
+            attrs.push(KeyValue::new(
+                "sigx.reminder.attempt",
+                i64::from(row.attempts) + 1,
+            ));
+            attrs
+        },
+    );
+    let outcome = crate::trace::traced(
+        fire,
+        ctx.dispatcher.call(
             row.actor.clone(),
             REMINDER_METHOD.to_string(),
             delivery(&row),
             deadline,
             crate::placement::Locality::Any,
-        )
-        .await;
+        ),
+    )
+    .await;
     let now = ctx.clock.wall_unix_ms();
     let next_occurrence = |row: &ReminderRow| Settle::Reschedule {
         due_unix_ms: next_due(row.due_unix_ms, row.period_ms, now),

@@ -275,7 +275,10 @@ async fn run(
     // as long as the claim may take (up to the call's deadline), and the callers with it.
     let claimed = tokio::select! {
         biased;
-        claimed = gate.claim(&actor, &activation_id, claim_deadline) => claimed,
+        claimed = crate::trace::within(
+            activate_span.clone(),
+            gate.claim(&actor, &activation_id, claim_deadline),
+        ) => claimed,
         stop = &mut stop_rx => {
             fail(
                 ActorError::wrong_host(format!(
@@ -365,7 +368,11 @@ async fn run(
     let (answer, overran) =
         lifecycle_turn(&rt, &actor, "<activate>", deadline, turn, overrun).await;
     // Activate may initialise state: its writes pass the output gate like any turn's.
-    let gated = rt.commit_answer(&actor, epoch, answer).await;
+    let gated = crate::trace::within(
+        activate_span.clone(),
+        rt.commit_answer(&actor, epoch, answer),
+    )
+    .await;
     let outcome = rt.settle(gated.outcome);
     if let Some(cx) = &activate_span {
         crate::trace::finish(cx, &outcome);
@@ -410,7 +417,11 @@ async fn run(
         .counters
         .activations
         .fetch_add(1, Ordering::Relaxed);
-    tracing::debug!("activated");
+    {
+        // In the activation's trace (a JSON log line then carries its trace id).
+        let _trace = activate_span.clone().map(opentelemetry::Context::attach);
+        tracing::debug!("activated");
+    }
     *shared.last_turn_end.lock().expect("activation lock") = Instant::now();
     shared.turns.add_permits(shared.permits as usize);
 

@@ -12,9 +12,19 @@ use super::session::{TurnAnswer, TurnOutcome};
 use super::{ActorId, Runtime};
 use crate::state::{Selection, StateError, check_batch, check_selection};
 use bytes::Bytes;
+use opentelemetry::KeyValue;
 use sigx_proto::ActorError;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// The error kind a failed commit is answered with (below), as its span's `sigx.result`.
+fn state_error_kind(e: &StateError) -> &'static str {
+    match e {
+        StateError::StaleEpoch { .. } | StateError::UnknownEpoch { .. } => "stale-epoch",
+        StateError::Invalid(_) => "invalid",
+        StateError::Unavailable { .. } => "outcome-unknown",
+    }
+}
 
 /// What the output gate decided about one answer.
 pub(crate) struct Gated {
@@ -58,7 +68,28 @@ impl Runtime {
         }
         let counters = &self.inner.counters;
         let started = self.inner.cfg.clock.now();
+        let cx = crate::trace::step(
+            "sigx.state.commit",
+            opentelemetry::trace::SpanKind::Client,
+            || {
+                let mut attrs = crate::trace::actor_only_attrs(actor);
+                attrs.push(KeyValue::new(
+                    "sigx.state.store",
+                    self.inner.cfg.state.kind(),
+                ));
+                attrs.push(KeyValue::new("sigx.state.writes", writes.len() as i64));
+                attrs.push(KeyValue::new("sigx.epoch", epoch as i64));
+                attrs
+            },
+        );
         let committed = self.inner.cfg.state.commit(actor, epoch, &writes).await;
+        if let Some(cx) = &cx {
+            let failure = committed
+                .as_ref()
+                .err()
+                .map(|e| (state_error_kind(e), e.to_string()));
+            crate::trace::finish_as(cx, failure.as_ref().map(|(k, m)| (*k, m.as_str())));
+        }
         counters.histograms.state_commits.observe(
             self.inner
                 .cfg

@@ -14,6 +14,7 @@ from sigx.registry import actor, method, worker
 from sigx.reminders import ActorHandle, Reminder, ReminderInfo
 from sigx.state import State
 from sigx.timers import TimerTick
+from sigx.trace import TraceContext, current_trace, with_trace
 
 __all__ = [
     "ACTIVE",
@@ -32,11 +33,14 @@ __all__ = [
     "SessionEnd",
     "State",
     "TimerTick",
+    "TraceContext",
     "TurnInfo",
     "WorkerContext",
     "actor",
+    "current_trace",
     "current_turn",
     "errors",
     "method",
+    "with_trace",
     "worker",
 ]

@@ -13,6 +13,7 @@ import grpc.aio
 from sigx.actors.v1 import app_pb2, app_pb2_grpc, types_pb2
 from sigx.errors import from_rpc_error
 from sigx.reminders import ActorHandle, ReminderInfo, from_unix_ms, info_from_proto, set_request
+from sigx.trace import current_trace
 
 #: Where the sidecar listens when SIGX_SOCKET is unset (the same default as the sidecar's).
 DEFAULT_SOCKET = "/var/run/sigx/sidecar.sock"
@@ -78,7 +79,9 @@ class Client:
         timeout: float | None = None,
     ) -> bytes:
         """Calls `method` on the actor (or worker) `actor_type`/`key`, anywhere in the cluster.
-        `timeout` (seconds) bounds the whole call; unset = the sidecar's default (30 s)."""
+        `timeout` (seconds) bounds the whole call; unset = the sidecar's default (30 s). Inside a
+        handler the call carries the turn's W3C trace context (`sigx.current_trace()`), so the
+        callee's spans and turn continue the turn's trace."""
         timeout_ms, grpc_timeout = self._deadline(timeout)
         request = app_pb2.CallRequest(
             actor=types_pb2.ActorRef(actor_type=actor_type, key=key),
@@ -86,6 +89,9 @@ class Client:
             payload=payload,
             timeout_ms=timeout_ms,
         )
+        trace = current_trace()
+        if trace is not None:
+            request.trace.CopyFrom(trace.to_proto())
         try:
             response = await self._stub.Call(request, timeout=grpc_timeout)
         except grpc.RpcError as e:

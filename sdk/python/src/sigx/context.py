@@ -10,6 +10,7 @@ from sigx.client import Client
 from sigx import timers
 from sigx.reminders import ActorHandle
 from sigx.state import State
+from sigx.trace import TraceContext
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,10 @@ class TurnInfo:
     epoch: int = 0
     #: This turn's view of the actor's durable state and its pending writes.
     state: State = field(default=None, repr=False)  # type: ignore[assignment]
+    #: The turn's W3C trace context (None when the call that caused it was untraced): the
+    #: sidecar's turn span when it exports spans, else the caller's context. Calls made from the
+    #: handler carry it (see `sigx.trace`).
+    trace: TraceContext | None = None
 
 
 _current: contextvars.ContextVar[TurnInfo] = contextvars.ContextVar("sigx_turn")

@@ -18,6 +18,7 @@ from typing import Any
 from sigx.actors.v1 import app_pb2, errors_pb2
 from sigx.client import Client
 from sigx.context import ActorContext, TurnInfo, WorkerContext, _current
+from sigx.trace import TraceContext, _trace
 from sigx.errors import ActorError
 from sigx.registry import TypeDef
 from sigx.reminders import reminder_from_proto
@@ -98,7 +99,7 @@ class Dispatcher:
         state = State(self.client, turn.actor.actor_type, turn.actor.key, turn.activation_id,
                       turn.epoch)
         info = TurnInfo(turn_id, turn.actor.actor_type, turn.actor.key, turn.activation_id,
-                        not_after, turn.epoch, state)
+                        not_after, turn.epoch, state, TraceContext.from_proto(turn.trace))
         task = asyncio.create_task(self._run(turn, info))
         self.running.add(task)
         try:
@@ -126,6 +127,8 @@ class Dispatcher:
 
     async def _run(self, turn: app_pb2.Turn, info: TurnInfo) -> bytes:
         _current.set(info)
+        # Calls made from the handler (and the tasks it creates) continue the turn's trace.
+        _trace.set(info.trace)
         td = self.types.get(turn.actor.actor_type)
         if td is None:
             raise _invalid(f"this app registers no type {turn.actor.actor_type!r}")
