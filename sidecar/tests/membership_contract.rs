@@ -155,6 +155,7 @@ macro_rules! every_store {
                 racing_joins_of_one_id_let_exactly_one_in,
                 a_renewal_racing_its_expiry_is_one_or_the_other,
                 racing_expiries_delete_once,
+                one_holders_concurrent_renewals_all_land,
                 two_observers_see_one_gap_free_order,
             );
         )*

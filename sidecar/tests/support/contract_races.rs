@@ -111,6 +111,31 @@ pub async fn a_renewal_racing_its_expiry_is_one_or_the_other(s: Arc<dyn Store>) 
     assert_eq!(renewed + expired, 12, "{kind}");
 }
 
+/// One holder's renewals at once (the heartbeat and a status change): each one re-reads and
+/// lands on the other's write instead of failing; the record ends at the last of them.
+pub async fn one_holders_concurrent_renewals_all_land(s: Arc<dyn Store>) {
+    let (a, o) = (s.open("a").await, s.open("o").await);
+    let kind = a.kind();
+    let v = a.join(&descriptor("a"), TTL).await.unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|n| {
+            let a = a.clone();
+            tokio::spawn(async move { a.renew(&active("a", n)).await })
+        })
+        .collect();
+    let mut versions = Vec::new();
+    for t in tasks {
+        versions.push(t.await.unwrap().unwrap_or_else(|e| panic!("{kind}: {e:?}")));
+    }
+    versions.sort();
+    versions.dedup();
+    assert_eq!(versions.len(), 8, "{kind}: two renewals got one version");
+    let last = *versions.last().unwrap();
+    assert_eq!(o.read("a").await.unwrap().unwrap().version, last, "{kind}");
+    let (changes, cursor) = after(&*o, v).await;
+    assert_eq!((changes.len(), cursor), (8, last), "{kind}: {changes:?}");
+}
+
 /// Three observers expire one record at once: one deletes it, the others find it gone, and
 /// the log holds one deletion.
 pub async fn racing_expiries_delete_once(s: Arc<dyn Store>) {
