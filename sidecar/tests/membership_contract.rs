@@ -40,15 +40,23 @@ impl Store for Memory {
     fn compaction_horizon(&self) -> usize {
         10_001
     }
+    async fn cut_off(&self) {
+        self.0.set_outage(true);
+    }
+    async fn restore(&self) {
+        self.0.set_outage(false);
+    }
 }
 
 async fn memory() -> Arc<dyn Store> {
     Arc::new(Memory(MemoryHub::new()))
 }
 
-/// One database file; its log keeps 4096 changes, compacted every 256.
+/// One database file; its log keeps 4096 changes, compacted every 256. Cut off: another
+/// connection (another process) holds the write lock.
 struct Sqlite {
     opts: SqliteOptions,
+    locker: Mutex<Option<rusqlite::Connection>>,
     _dir: tempfile::TempDir,
 }
 
@@ -60,21 +68,37 @@ impl Store for Sqlite {
     fn compaction_horizon(&self) -> usize {
         4096 + 256 + 1
     }
+    async fn cut_off(&self) {
+        let c = rusqlite::Connection::open(&self.opts.path).unwrap();
+        c.execute_batch("BEGIN EXCLUSIVE").unwrap();
+        *self.locker.lock().unwrap() = Some(c);
+    }
+    async fn restore(&self) {
+        let c = self.locker.lock().unwrap().take().expect("cut off");
+        c.execute_batch("COMMIT").unwrap();
+    }
 }
 
 async fn sqlite() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().unwrap();
     let opts = SqliteOptions {
         poll_interval: Duration::from_millis(20),
+        busy_timeout: Duration::from_millis(300),
         ..SqliteOptions::new(dir.path().join("membership.db"))
     };
-    Arc::new(Sqlite { opts, _dir: dir })
+    Arc::new(Sqlite {
+        opts,
+        locker: Mutex::new(None),
+        _dir: dir,
+    })
 }
 
 /// One database of a real server, shared by the tests of this process that run at the same
-/// time (each has a database of its own) and stopped when the last one ends.
+/// time (each has a database of its own) and stopped when the last one ends. Cut off: an
+/// operator's session holds the change counter, so writers wait out their lock timeout.
 struct Postgres {
     opts: PostgresOptions,
+    locker: tokio::sync::Mutex<Option<tokio_postgres::Client>>,
     _server: Arc<pg::PgServer>,
 }
 
@@ -90,6 +114,21 @@ impl Store for Postgres {
     }
     fn compaction_horizon(&self) -> usize {
         (PG_KEEP + PG_COMPACT_EVERY + 1) as usize
+    }
+    async fn cut_off(&self) {
+        let (client, conn) = tokio_postgres::connect(&self.opts.dsn, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        client
+            .batch_execute("BEGIN; LOCK TABLE sigx_change_counter IN EXCLUSIVE MODE")
+            .await
+            .unwrap();
+        *self.locker.lock().await = Some(client);
+    }
+    async fn restore(&self) {
+        let client = self.locker.lock().await.take().expect("cut off");
+        client.batch_execute("COMMIT").await.unwrap();
     }
 }
 
@@ -115,6 +154,7 @@ async fn postgres() -> Arc<dyn Store> {
     };
     Arc::new(Postgres {
         opts,
+        locker: tokio::sync::Mutex::new(None),
         _server: server,
     })
 }
@@ -156,6 +196,7 @@ macro_rules! every_store {
                 a_renewal_racing_its_expiry_is_one_or_the_other,
                 racing_expiries_delete_once,
                 one_holders_concurrent_renewals_all_land,
+                a_store_refusing_writes_is_unavailable_and_changes_nothing,
                 two_observers_see_one_gap_free_order,
             );
         )*
@@ -198,6 +239,12 @@ impl Store for Broken {
     }
     fn compaction_horizon(&self) -> usize {
         10_001
+    }
+    async fn cut_off(&self) {
+        self.hub.set_outage(true);
+    }
+    async fn restore(&self) {
+        self.hub.set_outage(false);
     }
 }
 

@@ -28,6 +28,13 @@ pub trait Store: Send + Sync + 'static {
     async fn open(&self, id: &str) -> Arc<dyn MembershipProvider>;
     /// Writes after which a cursor taken before them is older than the compacted log.
     fn compaction_horizon(&self) -> usize;
+    /// Makes the store refuse writes until [`Store::restore`]: an outage (memory), another
+    /// process holding the write lock past the busy timeout (SQLite), a session holding the
+    /// change counter past the lock timeout (PostgreSQL). Reads are not part of it: the hub
+    /// refuses them too, the SQL stores still answer them.
+    async fn cut_off(&self);
+    /// Ends [`Store::cut_off`].
+    async fn restore(&self);
 }
 
 pub fn descriptor(id: &str) -> HostDescriptor {
@@ -489,4 +496,49 @@ pub async fn records_read_back_as_the_stores_keep_them(s: Arc<dyn Store>) {
         ChangeBatch::Snapshot { records, .. } => assert_eq!(records, [r], "{kind}"),
         other => panic!("{kind}: {other:?}"),
     }
+}
+
+fn unavailable<T: std::fmt::Debug>(r: Result<T, ProviderError>, kind: &str, what: &str) {
+    match r {
+        Err(ProviderError::Unavailable { provider, .. }) => assert_eq!(provider, kind, "{what}"),
+        other => panic!("{kind}: {what} on a store refusing writes must be Unavailable: {other:?}"),
+    }
+}
+
+/// A store that cannot take writes answers every write `Unavailable` (retryable: never loss,
+/// never a conflict) and changes nothing; once it takes writes again the same handles go on
+/// where they were: the holder's record is still its own.
+pub async fn a_store_refusing_writes_is_unavailable_and_changes_nothing(s: Arc<dyn Store>) {
+    let (a, b, n, o) = (
+        s.open("a").await,
+        s.open("b").await,
+        s.open("n").await,
+        s.open("o").await,
+    );
+    let kind = a.kind();
+    a.join(&descriptor("a"), TTL).await.unwrap();
+    let vb = b.join(&descriptor("b"), TTL).await.unwrap();
+    let c = head(&*o).await;
+    let before = vec![record(&*o, "a").await, record(&*o, "b").await];
+    s.cut_off().await;
+    unavailable(a.renew(&active("a", 0)).await, kind, "a renewal");
+    unavailable(n.join(&descriptor("n"), TTL).await, kind, "a join");
+    unavailable(b.withdraw().await, kind, "a withdrawal");
+    unavailable(o.delete_if("b", vb).await, kind, "a delete");
+    s.restore().await;
+    nothing_after(&*o, c, "a refused write").await;
+    let now = vec![record(&*o, "a").await, record(&*o, "b").await];
+    assert_eq!(now, before, "{kind}: a refused write changed a record");
+    assert_eq!(o.read("n").await.unwrap(), None, "{kind}");
+    let va = a.renew(&active("a", 0)).await.unwrap();
+    assert!(va > c, "{kind}");
+    b.withdraw().await.unwrap();
+    n.join(&descriptor("n"), TTL).await.unwrap();
+    assert_eq!(
+        o.delete_if("a", va).await.unwrap(),
+        DeleteOutcome::Deleted,
+        "{kind}"
+    );
+    let (changes, _) = after(&*o, c).await;
+    assert_eq!(changes.len(), 4, "{kind}: {changes:?}");
 }
