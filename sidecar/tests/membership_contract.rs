@@ -70,6 +70,7 @@ impl Store for Sqlite {
     }
     async fn cut_off(&self) {
         let c = rusqlite::Connection::open(&self.opts.path).unwrap();
+        c.busy_timeout(Duration::from_secs(5)).unwrap();
         c.execute_batch("BEGIN EXCLUSIVE").unwrap();
         *self.locker.lock().unwrap() = Some(c);
     }
@@ -83,7 +84,9 @@ async fn sqlite() -> Arc<dyn Store> {
     let dir = tempfile::tempdir().unwrap();
     let opts = SqliteOptions {
         poll_interval: Duration::from_millis(20),
-        busy_timeout: Duration::from_millis(300),
+        // Short enough that the cut-off check's four refused writes take seconds, long enough
+        // that writers racing for the lock on a loaded machine do not time out.
+        busy_timeout: Duration::from_millis(1000),
         ..SqliteOptions::new(dir.path().join("membership.db"))
     };
     Arc::new(Sqlite {
