@@ -1,18 +1,20 @@
 //! The PostgreSQL provider on a real server (`support/postgres.rs`), in real time with short
 //! TTLs: hosts see each other; a silent host is expired by a fresh read and a CAS delete; a
 //! second incarnation is refused; a row deleted or rewritten under a live host fences it and is
-//! never re-created; a cursor older than the compacted log reads a snapshot; a write wakes the
-//! other hosts through NOTIFY well before the backstop poll, also after the listener's
-//! connection was killed. Change ordering under concurrent writers: `membership_postgres_order`.
+//! never re-created; a write wakes the other hosts through NOTIFY well before the backstop
+//! poll, also after the listener's connection was killed. Change ordering under concurrent
+//! writers: `membership_postgres_order`. The provider's own semantics (CAS renewals and deletes,
+//! withdrawal vs expiry, snapshots after compaction, fresh reads), checked exactly as for the
+//! memory hub and SQLite: `membership_contract` (`postgres::*`).
 
 #[path = "support/postgres.rs"]
 mod pg;
 
 use sigx_sidecar::clock;
 use sigx_sidecar::membership::{
-    Change, ChangeBatch, DeleteOutcome, FenceReason, HostDescriptor, HostStatus, LostCause,
-    MembershipConfig, MembershipError, MembershipHandle, MembershipProvider, PostgresOpenError,
-    PostgresOptions, PostgresProvider, ProviderError, start,
+    FenceReason, HostDescriptor, HostStatus, LostCause, MembershipConfig, MembershipError,
+    MembershipHandle, MembershipProvider, PostgresOpenError, PostgresOptions, PostgresProvider,
+    ProviderError, start,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,41 +205,8 @@ async fn one_identity_one_process_cas_deletes_and_deleted_rows_stay_deleted() {
         })
     );
 
-    // Renewals are compare-and-swap on the row; deletes are compare-and-swap on the version.
-    let w = provider(&dsn, "w").await;
-    let v1 = w.join(&descriptor("w"), TTL).await.unwrap();
-    let v2 = w.renew(&descriptor("w")).await.unwrap();
-    assert!(v2 > v1, "{v2} after {v1}");
-    assert_eq!(
-        probe.read("w").await.unwrap().unwrap().version,
-        v2,
-        "a fresh read"
-    );
-    assert_eq!(
-        probe.delete_if("w", v1).await.unwrap(),
-        DeleteOutcome::Changed
-    );
-    assert!(
-        probe.read("w").await.unwrap().is_some(),
-        "a stale delete deletes nothing"
-    );
-    assert_eq!(
-        probe.delete_if("w", v2).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(probe.delete_if("w", v2).await.unwrap(), DeleteOutcome::Gone);
-    match w.renew(&descriptor("w")).await {
-        Err(ProviderError::Lost {
-            cause: LostCause::Gone,
-            ..
-        }) => {}
-        other => panic!("a renewal after the delete must be loss, got {other:?}"),
-    }
-    assert_eq!(
-        probe.read("w").await.unwrap(),
-        None,
-        "the renewal re-created the row"
-    );
+    // CAS renewals and deletes, fresh reads and no resurrection on the provider alone:
+    // `membership_contract` (postgres::*).
 
     // Named errors before anything binds.
     let err = PostgresProvider::open(&opts(&server.dsn("nosuchdb")), "x")
@@ -275,71 +244,6 @@ async fn one_identity_one_process_cas_deletes_and_deleted_rows_stay_deleted() {
         .err()
         .unwrap();
     assert!(matches!(err, PostgresOpenError::Auth { .. }), "{err:?}");
-}
-
-/// An observer whose cursor fell behind the compacted change log reads a consistent snapshot,
-/// and a current cursor reads exactly the changes after it, withdrawals marked as such.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cursor_older_than_the_compacted_log_reads_a_snapshot() {
-    let server = pg::PgServer::start();
-    let dsn = server.create_database("compact").await;
-    let small = PostgresOptions {
-        log_keep: 16,
-        compact_every: 8,
-        ..opts(&dsn)
-    };
-    let writer = PostgresProvider::open(&small, "w").await.unwrap();
-    let observer = PostgresProvider::open(&small, "o").await.unwrap();
-    let d = descriptor("w");
-    writer.join(&d, TTL).await.unwrap();
-    let early = observer.changes_since(None).await.unwrap().cursor();
-    for _ in 0..40 {
-        writer.renew(&d).await.unwrap();
-    }
-    match observer.changes_since(Some(early)).await.unwrap() {
-        ChangeBatch::Snapshot { records, cursor } => {
-            assert_eq!(records.len(), 1);
-            assert_eq!(
-                records[0].version, cursor,
-                "the snapshot is the state at its cursor"
-            );
-        }
-        ChangeBatch::Changes { changes, .. } => {
-            panic!("expected a snapshot, got {} changes", changes.len())
-        }
-    }
-    let now = observer.changes_since(None).await.unwrap().cursor();
-    writer.renew(&d).await.unwrap();
-    writer.withdraw().await.unwrap();
-    match observer.changes_since(Some(now)).await.unwrap() {
-        ChangeBatch::Changes { changes, cursor } => {
-            assert_eq!(changes.len(), 2, "{changes:?}");
-            assert!(
-                matches!(changes[1], Change::Delete { ref id, version, withdrawn: true } if id == "w" && version == cursor),
-                "{changes:?}"
-            );
-        }
-        ChangeBatch::Snapshot { .. } => panic!("a current cursor must read the changes"),
-    }
-    // A deletion by anyone but the holder (a peer's expiry) is not a withdrawal.
-    let v = writer.join(&d, TTL).await.unwrap();
-    assert_eq!(
-        observer.delete_if("w", v).await.unwrap(),
-        DeleteOutcome::Deleted
-    );
-    match observer.changes_since(Some(v)).await.unwrap() {
-        ChangeBatch::Changes { changes, .. } => assert!(
-            matches!(
-                changes[..],
-                [Change::Delete {
-                    withdrawn: false,
-                    ..
-                }]
-            ),
-            "{changes:?}"
-        ),
-        ChangeBatch::Snapshot { .. } => panic!("a current cursor must read the changes"),
-    }
 }
 
 /// A write wakes another host's `notifications()` through NOTIFY, far sooner than the 30 s

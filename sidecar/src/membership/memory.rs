@@ -237,11 +237,13 @@ impl MemoryProvider {
 
     fn write(&self, s: &mut HubState, descriptor: &HostDescriptor, ttl: Duration) -> u64 {
         s.seq += 1;
+        // Kept as the other stores keep it (they store JSON and `ttl_ms`): normalized, in
+        // whole milliseconds.
         let record = LeaseRecord {
-            descriptor: descriptor.clone(),
+            descriptor: descriptor.clone().normalized(),
             holder: self.holder.clone(),
             renew: s.seq.to_string(),
-            ttl,
+            ttl: Duration::from_millis(ttl.as_millis() as u64),
             version: s.seq,
         };
         s.leases.insert(descriptor.id.clone(), record.clone());
@@ -338,7 +340,10 @@ impl MembershipProvider for MemoryProvider {
                 });
             }
             let oldest = s.log.front().map(|(seq, _)| *seq).unwrap_or(s.seq + 1);
-            if c + 1 >= oldest || c == s.seq {
+            // A cursor ahead of the head was never issued by this store (as SQLite and
+            // PostgreSQL, whose file or database was replaced): a snapshot, never an empty batch
+            // that moves the cursor back while the observer keeps its view.
+            if c <= s.seq && (c + 1 >= oldest || c == s.seq) {
                 return Ok(ChangeBatch::Changes {
                     changes: s
                         .log
