@@ -1,5 +1,6 @@
-//! Asking one sidecar about itself: `Status` over its app socket and, when its health address is
-//! known, the call-latency histogram of its `/metrics`.
+//! Asking one sidecar about itself: `Status` over its app socket (when the dashboard has it) and,
+//! when its health address is known, its `/metrics` (call-latency histogram, live activations,
+//! counters, ready/fenced gauges: [`Scrape`]).
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
@@ -9,13 +10,36 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// One sidecar the dashboard asks: its app socket and, when known, its health/metrics address.
+pub use super::scrape::Scrape;
+
+/// One sidecar the dashboard asks: its app socket and/or its health/metrics address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// How the user named it: `host-2` of a dev directory, or the socket path.
+    /// How the user named it (`host-2` of a dev directory, a socket path), or, for a host found
+    /// in a membership view or a Lease, its health address as its descriptor publishes it.
     pub label: String,
-    pub socket: PathBuf,
+    /// `None`: no socket for it (a host of another pod), so only its `/metrics` is asked.
+    pub socket: Option<PathBuf>,
     pub health: Option<SocketAddr>,
+    /// The host id, when known before asking (from a view or a Lease).
+    pub host_id: Option<String>,
+}
+
+impl Target {
+    /// A host known from a view or a Lease, asked only for its `/metrics` at `health` (its
+    /// descriptor's `meta.health`, `None` when it publishes none or an unreadable one).
+    pub fn metrics_only(host_id: &str, health: Option<&str>) -> Target {
+        let health = health.and_then(|h| h.parse().ok());
+        Target {
+            label: match health {
+                Some(addr) => format!("http://{addr}/metrics"),
+                None => format!("{host_id} (publishes no meta.health)"),
+            },
+            socket: None,
+            health,
+            host_id: Some(host_id.to_string()),
+        }
+    }
 }
 
 /// Why a probe got no answer.
@@ -29,21 +53,27 @@ pub enum ProbeError {
     Timeout(Duration),
     #[error("GET http://{addr}/metrics: {what}")]
     Metrics { addr: SocketAddr, what: String },
+    #[error(
+        "not reachable: the dashboard has no socket for it and its descriptor publishes no \
+         health address (meta.health; sidecars before this one do not)"
+    )]
+    NoAddress,
 }
 
 /// What one target answered.
 #[derive(Debug)]
 pub struct Probe {
     pub target: Target,
-    pub status: Result<StatusResponse, ProbeError>,
+    /// `None` when the target has no socket (only its `/metrics` is asked).
+    pub status: Option<Result<StatusResponse, ProbeError>>,
     /// `None` when the target has no known health address.
-    pub latency: Option<Result<CallLatency, ProbeError>>,
+    pub metrics: Option<Result<Scrape, ProbeError>>,
 }
 
-/// Asks `target` for its status and its call latency, each under `timeout`.
+/// Asks `target` for its status and its metrics, each under `timeout`.
 pub async fn probe(target: Target, timeout: Duration) -> Probe {
-    let status = async {
-        let client = Client::connect(&target.socket)
+    let status = async |socket: &PathBuf| {
+        let client = Client::connect(socket)
             .await
             .map_err(|e| ProbeError::Connect(e.to_string()))?;
         client
@@ -52,25 +82,33 @@ pub async fn probe(target: Target, timeout: Duration) -> Probe {
             .await
             .map_err(|e| ProbeError::Status(crate::call::render_error(&e)))
     };
-    let status = tokio::time::timeout(timeout, status);
-    let latency = async {
+    let status = async {
+        match &target.socket {
+            None => None,
+            Some(socket) => Some(
+                tokio::time::timeout(timeout, status(socket))
+                    .await
+                    .unwrap_or(Err(ProbeError::Timeout(timeout))),
+            ),
+        }
+    };
+    let metrics = async {
         match target.health {
             None => None,
             Some(addr) => Some(
                 match tokio::time::timeout(timeout, get_metrics(addr)).await {
-                    Ok(Ok(text)) => Ok(CallLatency::parse(&text)),
+                    Ok(Ok(text)) => Ok(Scrape::parse(&text)),
                     Ok(Err(what)) => Err(ProbeError::Metrics { addr, what }),
                     Err(_) => Err(ProbeError::Timeout(timeout)),
                 },
             ),
         }
     };
-    let (status, latency) = futures::join!(status, latency);
-    let status = status.unwrap_or(Err(ProbeError::Timeout(timeout)));
+    let (status, metrics) = futures::join!(status, metrics);
     Probe {
         target,
         status,
-        latency,
+        metrics,
     }
 }
 
@@ -115,10 +153,10 @@ pub struct CallLatency {
 const CALL_HISTOGRAM: &str = "sigx_call_duration_seconds";
 
 /// One sample line of a scrape: its metric name, its labels, its value.
-type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+pub(super) type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
 
 /// `name{a="x",b="y"} value` → (name, labels, value).
-fn sample(line: &str) -> Option<Sample<'_>> {
+pub(super) fn sample(line: &str) -> Option<Sample<'_>> {
     let (head, value) = line.rsplit_once(' ')?;
     let value: f64 = value.parse().ok()?;
     let (name, labels) = match head.split_once('{') {
@@ -284,11 +322,15 @@ sigx_turns_total 7
         let dir = tempfile::tempdir().unwrap();
         let target = Target {
             label: "gone".into(),
-            socket: dir.path().join("nothing.sock"),
+            socket: Some(dir.path().join("nothing.sock")),
             health: Some(([127, 0, 0, 1], 1).into()),
+            host_id: None,
         };
         let p = probe(target, Duration::from_secs(2)).await;
-        assert!(p.status.is_err(), "{:?}", p.status);
-        assert!(matches!(p.latency, Some(Err(_))), "{:?}", p.latency);
+        assert!(matches!(p.status, Some(Err(_))), "{:?}", p.status);
+        assert!(matches!(p.metrics, Some(Err(_))), "{:?}", p.metrics);
+        let p = probe(Target::metrics_only("h9", None), Duration::from_secs(2)).await;
+        assert!(p.status.is_none() && p.metrics.is_none(), "{p:?}");
+        assert_eq!(p.target.label, "h9 (publishes no meta.health)");
     }
 }
