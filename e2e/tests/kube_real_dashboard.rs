@@ -6,7 +6,8 @@
 //! `/metrics`, and its `/api/fleet` must show the three hosts, their nodes, and the activations
 //! each host's own `Status` reports for the calls made. A one-socket dashboard (as in one pod)
 //! must show the other two hosts' metrics too, through their `meta.health`. A SIGSTOPped host's
-//! row turns unreachable and stays listed.
+//! row turns unreachable and stays listed; a paused API server is reported, and the hosts seen
+//! before are still shown.
 //!
 //! Needs `make controlplane` and the workspace binaries (`make test` builds both).
 
@@ -326,6 +327,25 @@ async fn the_dashboard_reads_a_cluster_from_its_leases_and_scrapes_every_host() 
     let snap = tokio::task::block_in_place(|| fleet(kaddr)).expect("the dashboard answers");
     let r = row(&snap, "engine-c").expect("engine-c still listed");
     assert_eq!(r["reachable"], json!(false), "{r:#}");
+
+    // The API server stops answering: the page says so and still shows every host it knew.
+    cp.pause();
+    let snap = until(kaddr, &kdash, "the API's silence reported", |s| {
+        s["kubernetes"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("did not answer"))
+    })
+    .await;
+    cp.resume();
+    assert_eq!(snap["hosts"].as_array().unwrap().len(), 3, "{snap:#}");
+    for pod in ["engine-a", "engine-b"] {
+        // Reachable (their leases may lapse meanwhile: fenced, but answering).
+        assert_eq!(
+            row(&snap, pod).unwrap()["reachable"],
+            json!(true),
+            "{snap:#}"
+        );
+    }
     c.sidecar.signal("CONT");
     drop(kdash);
 }

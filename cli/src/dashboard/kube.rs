@@ -28,6 +28,9 @@ pub struct KubeSource {
     client: kube::Client,
     namespace: String,
     cluster: Option<String>,
+    /// How long one poll's API read may take before the poll goes on without it (a hung API
+    /// server must not freeze the page: the hosts seen before are still scraped).
+    timeout: Duration,
     /// Every host seen in the Leases: its last descriptor, and when its Lease was last seen.
     seen: Mutex<BTreeMap<String, (Host, Instant)>>,
 }
@@ -50,6 +53,7 @@ impl KubeSource {
     pub async fn connect(
         namespace: Option<String>,
         cluster: Option<String>,
+        timeout: Duration,
     ) -> Result<KubeSource, KubeStatusError> {
         let client = crate::kubernetes::client().await?;
         let namespace = namespace.unwrap_or_else(|| client.default_namespace().to_string());
@@ -57,6 +61,7 @@ impl KubeSource {
             client,
             namespace,
             cluster,
+            timeout,
             seen: Mutex::new(BTreeMap::new()),
         })
     }
@@ -124,7 +129,15 @@ impl KubeSource {
     /// Reads the API now. An API that does not answer is said in `info`; the hosts seen before
     /// are still asked.
     pub async fn read(&self) -> Reading {
-        let read = self.read_api().await;
+        let read = tokio::time::timeout(self.timeout, self.read_api())
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "the Kubernetes API did not answer within {:?}; showing the hosts seen \
+                     before",
+                    self.timeout
+                ))
+            });
         let now = Instant::now();
         let mut seen = self.seen.lock().expect("kube seen lock");
         let (info, leases) = match read {

@@ -189,7 +189,11 @@ fn dev_hosts(dir: &Path) -> Vec<(u32, PathBuf)> {
 
 pub async fn run(args: DashboardArgs) -> ExitCode {
     let kube = if args.kubernetes {
-        match kube::KubeSource::connect(args.namespace.clone(), args.cluster.clone()).await {
+        // The API read of a poll gets twice a sidecar's time: it is two requests.
+        let api_timeout = args.probe_timeout * 2;
+        match kube::KubeSource::connect(args.namespace.clone(), args.cluster.clone(), api_timeout)
+            .await
+        {
             Ok(k) => Some(k),
             Err(e) => {
                 eprintln!("sigx dashboard: {e}");
