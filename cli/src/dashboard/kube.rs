@@ -204,3 +204,51 @@ fn cluster_info(ns: &str, name: &str, c: Option<&ActorCluster>, unreadable: &[St
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(status: Value) -> ActorCluster {
+        serde_json::from_value(json!({
+            "apiVersion": "actors.sigx.dev/v1alpha1", "kind": "ActorCluster",
+            "metadata": {"name": "demo", "namespace": "apps"},
+            "spec": {"sidecar": {"image": "sidecar:1"}},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_cluster_line_says_what_the_operator_reports_or_that_it_has_not() {
+        let c = cluster(
+            json!({"hosts": 3, "nodes": "2", "summary": "3 host(s) / 2 node(s)",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "HostsActive",
+                "message": "3 of 3", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}),
+        );
+        let v = cluster_info("apps", "demo", Some(&c), &["Lease x: broken".into()]);
+        assert_eq!(v["summary"], json!("3 host(s) / 2 node(s)"));
+        assert_eq!(v["conditions"][0]["reason"], json!("HostsActive"));
+        assert_eq!(v["unreadableLeases"], json!(["Lease x: broken"]));
+        let mut quiet = cluster(json!({}));
+        quiet.status = None;
+        let v = cluster_info("apps", "demo", Some(&quiet), &[]);
+        assert!(v["note"].as_str().unwrap().contains("not reported"), "{v}");
+        let v = cluster_info("apps", "demo", None, &[]);
+        assert!(
+            v["note"]
+                .as_str()
+                .unwrap()
+                .contains("actors.sigx.dev/cluster=demo"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_meta_health_is_no_address_not_a_guess() {
+        let t = Target::metrics_only("h1", Some("not-an-address"));
+        assert_eq!(t.health, None);
+        assert_eq!(t.socket, None);
+        assert!(t.label.contains("is not HOST:PORT"), "{}", t.label);
+    }
+}

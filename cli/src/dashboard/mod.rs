@@ -82,13 +82,13 @@ pub struct DashboardArgs {
 fn parse_socket(s: &str) -> Result<Target, String> {
     let (path, health) = match s.rsplit_once(',') {
         Some((path, addr)) => {
-            let addr: SocketAddr = addr.parse().map_err(|_| {
-                format!(
-                    "{addr:?} is not a health address: write PATH,IP:PORT, e.g. \
+            if !probe::is_host_port(addr) {
+                return Err(format!(
+                    "{addr:?} is not a health address: write PATH,HOST:PORT, e.g. \
                      /var/run/sigx/sidecar.sock,127.0.0.1:9090"
-                )
-            })?;
-            (path, Some(addr))
+                ));
+            }
+            (path, Some(addr.to_string()))
         }
         None => (s, None),
     };
@@ -142,7 +142,8 @@ impl Sources {
             for (n, host_dir) in dev_hosts(dir) {
                 let health = std::fs::read_to_string(host_dir.join("health.addr"))
                     .ok()
-                    .and_then(|s| s.trim().parse().ok());
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| probe::is_host_port(s));
                 out.push(Target {
                     label: if several {
                         format!("{}/host-{n}", dir.display())
@@ -260,10 +261,10 @@ mod tests {
     fn a_socket_may_carry_its_health_address() {
         let t = parse_socket("/run/a.sock,127.0.0.1:9090").unwrap();
         assert_eq!(t.socket, Some(PathBuf::from("/run/a.sock")));
-        assert_eq!(t.health, Some(([127, 0, 0, 1], 9090).into()));
+        assert_eq!(t.health.as_deref(), Some("127.0.0.1:9090"));
         assert_eq!(parse_socket("/run/a.sock").unwrap().health, None);
         let e = parse_socket("/run/a.sock,nope").unwrap_err();
-        assert!(e.contains("PATH,IP:PORT"), "{e}");
+        assert!(e.contains("PATH,HOST:PORT"), "{e}");
         assert!(parse_socket("").is_err());
     }
 
@@ -284,7 +285,7 @@ mod tests {
         let labels: Vec<&str> = targets.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["host-1", "host-2", "host-10", "/run/x.sock"]);
         assert_eq!(targets[0].health, None);
-        assert_eq!(targets[1].health, Some(([127, 0, 0, 1], 4242).into()));
+        assert_eq!(targets[1].health.as_deref(), Some("127.0.0.1:4242"));
         assert_eq!(
             targets[1].socket,
             Some(dir.path().join("host-2/sidecar.sock"))

@@ -6,7 +6,6 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use sigx_sdk::Client;
 use sigx_sdk::proto::StatusResponse;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ pub struct Target {
     pub label: String,
     /// `None`: no socket for it (a host of another pod), so only its `/metrics` is asked.
     pub socket: Option<PathBuf>,
-    pub health: Option<SocketAddr>,
+    /// `HOST:PORT` of its health listener (an IP or a name, resolved when asked).
+    pub health: Option<String>,
     /// The host id, when known before asking (from a view or a Lease).
     pub host_id: Option<String>,
 }
@@ -29,17 +29,25 @@ impl Target {
     /// A host known from a view or a Lease, asked only for its `/metrics` at `health` (its
     /// descriptor's `meta.health`, `None` when it publishes none or an unreadable one).
     pub fn metrics_only(host_id: &str, health: Option<&str>) -> Target {
-        let health = health.and_then(|h| h.parse().ok());
+        let usable = health.filter(|h| is_host_port(h)).map(String::from);
         Target {
-            label: match health {
-                Some(addr) => format!("http://{addr}/metrics"),
-                None => format!("{host_id} (publishes no meta.health)"),
+            label: match (&usable, health) {
+                (Some(addr), _) => format!("http://{addr}/metrics"),
+                (None, Some(raw)) => format!("{host_id} (meta.health {raw:?} is not HOST:PORT)"),
+                (None, None) => format!("{host_id} (publishes no meta.health)"),
             },
             socket: None,
-            health,
+            health: usable,
             host_id: Some(host_id.to_string()),
         }
     }
+}
+
+/// `HOST:PORT` (`10.0.0.7:9090`, `[fd00::7]:9090`, `pod-a.sigx:9090`).
+pub fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+    })
 }
 
 /// Why a probe got no answer.
@@ -52,10 +60,10 @@ pub enum ProbeError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("GET http://{addr}/metrics: {what}")]
-    Metrics { addr: SocketAddr, what: String },
+    Metrics { addr: String, what: String },
     #[error(
         "not reachable: the dashboard has no socket for it and its descriptor publishes no \
-         health address (meta.health; sidecars before this one do not)"
+         usable health address (meta.health = HOST:PORT; older sidecars publish none)"
     )]
     NoAddress,
 }
@@ -93,12 +101,15 @@ pub async fn probe(target: Target, timeout: Duration) -> Probe {
         }
     };
     let metrics = async {
-        match target.health {
+        match &target.health {
             None => None,
             Some(addr) => Some(
                 match tokio::time::timeout(timeout, get_metrics(addr)).await {
                     Ok(Ok(text)) => Ok(Scrape::parse(&text)),
-                    Ok(Err(what)) => Err(ProbeError::Metrics { addr, what }),
+                    Ok(Err(what)) => Err(ProbeError::Metrics {
+                        addr: addr.clone(),
+                        what,
+                    }),
                     Err(_) => Err(ProbeError::Timeout(timeout)),
                 },
             ),
@@ -113,7 +124,7 @@ pub async fn probe(target: Target, timeout: Duration) -> Probe {
 }
 
 /// `GET /metrics` over HTTP/1.1 with hyper's client connection.
-async fn get_metrics(addr: SocketAddr) -> Result<String, String> {
+async fn get_metrics(addr: &str) -> Result<String, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -123,7 +134,7 @@ async fn get_metrics(addr: SocketAddr) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let req = hyper::Request::get("/metrics")
-        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::HOST, addr)
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
@@ -323,7 +334,7 @@ sigx_turns_total 7
         let target = Target {
             label: "gone".into(),
             socket: Some(dir.path().join("nothing.sock")),
-            health: Some(([127, 0, 0, 1], 1).into()),
+            health: Some("127.0.0.1:1".into()),
             host_id: None,
         };
         let p = probe(target, Duration::from_secs(2)).await;
@@ -332,5 +343,30 @@ sigx_turns_total 7
         let p = probe(Target::metrics_only("h9", None), Duration::from_secs(2)).await;
         assert!(p.status.is_none() && p.metrics.is_none(), "{p:?}");
         assert_eq!(p.target.label, "h9 (publishes no meta.health)");
+        assert!(is_host_port("pod-a.sigx:9090") && is_host_port("[fd00::7]:9090"));
+        assert!(!is_host_port("9090") && !is_host_port(":9090") && !is_host_port("a:b"));
+    }
+
+    #[tokio::test]
+    async fn a_health_address_may_be_a_name() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let body = "sigx_ready 1\nsigx_live_activations{actor_type=\"Counter\"} 4\n";
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            s.write_all(head.as_bytes()).await.unwrap();
+            s.write_all(body.as_bytes()).await.unwrap();
+        });
+        let t = Target::metrics_only("h1", Some(&format!("localhost:{port}")));
+        let p = probe(t, Duration::from_secs(5)).await;
+        let m = p.metrics.unwrap().expect("scraped through the name");
+        assert_eq!(
+            (m.ready, m.activations.get("Counter")),
+            (Some(true), Some(&4))
+        );
     }
 }
