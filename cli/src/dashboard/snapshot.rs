@@ -5,7 +5,8 @@
 //! `meta.health`), answering or not, and (c) every other host in the membership view of any
 //! sidecar that answered (or in the Leases). A sidecar that does
 //! not answer stays a row, marked unreachable, under the host id it last answered with: it is
-//! never dropped. The fleet count is the hosts some answering sidecar's view holds, so a host
+//! never dropped. The fleet count is the hosts some answering sidecar's view (or, with
+//! `--kubernetes`, the Leases) holds, so a host
 //! that stopped is first unreachable (still in the views until its lease lapses), then gone from
 //! the count, while its row stays.
 
