@@ -24,6 +24,10 @@ use std::time::Duration;
 /// membership provider).
 pub const DESCRIPTOR_ANNOTATION: &str = "actors.sigx.dev/descriptor";
 
+/// The descriptor meta key under which a sidecar publishes its health/metrics address
+/// (`podIP:9090`), so `sigx dashboard` can scrape every host's `/metrics`.
+pub const HEALTH_META: &str = "health";
+
 /// A status command has no business waiting minutes for an apiserver.
 const API_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -55,7 +59,7 @@ pub enum KubeStatusError {
 impl KubeStatusError {
     /// 3 when the API could not be reached or configured at all, 1 when it answered and what
     /// was asked for is not there (or was refused).
-    fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             KubeStatusError::Config(_) => EXIT_UNREACHABLE,
             KubeStatusError::Api {
@@ -236,7 +240,7 @@ pub fn render_cluster(cluster: &ActorCluster, leases: &[Lease], now_unix_ms: i64
     out
 }
 
-async fn client() -> Result<kube::Client, KubeStatusError> {
+pub(crate) async fn client() -> Result<kube::Client, KubeStatusError> {
     let mut config = kube::Config::infer()
         .await
         .map_err(|e| KubeStatusError::Config(kube::Error::InferConfig(e)))?;

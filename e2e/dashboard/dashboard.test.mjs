@@ -202,7 +202,11 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   await eventually(`Counter shows ${activations} activations`, async () =>
     expectText('#activations tr[data-type="Counter"] [data-testid="activation-count"]', String(activations)));
   let perHost = 0;
-  for (const n of [1, 2, 3]) perHost += Number((await row(`host-${n}`).locator('[data-testid="host-activations"]').innerText()).split(" ")[0]);
+  const actsOf = {};
+  for (const n of [1, 2, 3]) {
+    actsOf[n] = Number((await row(`host-${n}`).locator('[data-testid="host-activations"]').innerText()).split(" ")[0]);
+    perHost += actsOf[n];
+  }
   assert.equal(perHost, activations);
   // The same figure through the other path, the directory's enumeration.
   const listed = JSON.parse(sigx(bin, ["actors", "list", "Counter", "--json", "--socket", socket(1)]));
@@ -237,8 +241,9 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   fs.mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-3-hosts.png"), fullPage: true });
 
-  // A dashboard given one socket sees the other hosts through that sidecar's view only: they
-  // are listed, counted, and marked not asked, with no figures made up for them.
+  // A dashboard given one socket sees the other hosts through that sidecar's view and asks each
+  // for its /metrics at the health address its descriptor publishes (meta.health): they are
+  // listed, counted, and show their own activations, with no socket for them.
   const one = start(path.join(bin, "sigx"),
     ["dashboard", "--socket", socket(1), "--listen", "127.0.0.1:0", "--interval", "300ms"]);
   cleanups.push(async () => one.child.kill("SIGKILL"));
@@ -248,16 +253,17 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   await page1.goto(oneUrl);
   await eventually("the one-socket page counts 3 hosts", async () =>
     (await page1.locator("#summary").innerText()) === "3 host(s) / 1 node(s)");
-  assert.equal(await page1.locator('#hosts tbody tr[data-reachable="true"]').count(), 1);
-  const notAsked = page1.locator('#hosts tbody tr[data-reachable="null"]');
-  assert.equal(await notAsked.count(), 2);
+  await eventually("the one-socket page scrapes the other two", async () =>
+    (await page1.locator('#hosts tbody tr[data-reachable="true"]').count()) === 3);
+  assert.equal(await page1.locator('#hosts tbody tr[data-reachable="null"]').count(), 0);
   for (const n of [2, 3]) {
     const r = page1.locator(`#hosts tbody tr[data-host-id="${ids[n]}"]`);
-    assert.equal(await r.getAttribute("data-reachable"), "null");
-    assert.equal(await r.locator('[data-testid="host-state"]').innerText(), "active (not asked)");
-    assert.equal(await r.locator('[data-testid="host-activations"]').innerText(), "–");
+    assert.match(await r.getAttribute("data-source"), /^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    assert.equal(await r.getAttribute("data-state"), "ready");
+    assert.equal(Number((await r.locator('[data-testid="host-activations"]').innerText()).split(" ")[0]), actsOf[n]);
+    assert.equal(await r.locator('[data-testid="host-node"]').innerText(), os.hostname());
   }
-  assert.match(await page1.locator("#reachability").innerText(), /1 of 1 sidecar\(s\) answered/);
+  assert.match(await page1.locator("#reachability").innerText(), /3 of 3 sidecar\(s\) answered/);
   await page1.close();
   one.child.kill("SIGKILL");
 

@@ -281,9 +281,39 @@ pub async fn serve(
     }
 }
 
+/// The descriptor meta key under which a host publishes its health/metrics address.
+pub const META_KEY: &str = "health";
+
+/// The health address a host publishes in its descriptor (`meta.health`), so a dashboard or a
+/// scraper that reads the membership store finds every host's `/metrics`: the bound address,
+/// except that a wildcard bind (`0.0.0.0:9090`, `[::]:9090`) is published as the advertise host
+/// (the pod IP, by default) with the bound port.
+pub fn published_addr(advertise: &str, bound: std::net::SocketAddr) -> String {
+    if !bound.ip().is_unspecified() {
+        return bound.to_string();
+    }
+    let host = advertise
+        .rsplit_once(':')
+        .map_or(advertise, |(host, _port)| host);
+    format!("{host}:{}", bound.port())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wildcard_health_bind_is_published_under_the_advertise_host() {
+        let any: std::net::SocketAddr = "0.0.0.0:9090".parse().unwrap();
+        assert_eq!(published_addr("10.1.2.3:7311", any), "10.1.2.3:9090");
+        assert_eq!(
+            published_addr("[fd00::7]:7311", "[::]:9091".parse().unwrap()),
+            "[fd00::7]:9091"
+        );
+        assert_eq!(published_addr("pod-a.sigx:7311", any), "pod-a.sigx:9090");
+        let bound: std::net::SocketAddr = "127.0.0.1:4242".parse().unwrap();
+        assert_eq!(published_addr("10.1.2.3:7311", bound), "127.0.0.1:4242");
+    }
 
     #[test]
     fn probes_follow_the_lifecycle() {

@@ -11,7 +11,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use std::collections::BTreeMap;
@@ -143,9 +143,12 @@ fn snake(name: &str) -> String {
     s
 }
 
-/// The scrape: every status counter (counters get `_total`), the host's state, the histograms.
+/// The scrape: every status counter (counters get `_total`), the live activations per type
+/// (`sigx_live_activations{actor_type}`, as `Status.activations` says), the host's state, the
+/// histograms.
 pub fn render(
     counters: BTreeMap<String, u64>,
+    live: &[(String, u64)],
     ready: bool,
     fenced: bool,
     histograms: &Histograms,
@@ -161,6 +164,19 @@ pub fn render(
             registry.register(snake(&name), help, ConstCounter::new(value));
         }
     }
+    let activations: Family<TypeLabel, Gauge> = Family::default();
+    for (actor_type, n) in live {
+        activations
+            .get_or_create(&TypeLabel {
+                actor_type: actor_type.clone(),
+            })
+            .set(*n as i64);
+    }
+    registry.register(
+        "live_activations",
+        "activations live on this host now, by actor type",
+        activations,
+    );
     registry.register(
         "ready",
         "1 while the host is ready",
@@ -226,6 +242,7 @@ mod tests {
         h.call("timeout", Duration::from_secs(2));
         let text = render(
             BTreeMap::from([("turns".into(), 7), ("directoryEntries".into(), 3)]),
+            &[("Counter".into(), 2)],
             true,
             false,
             &h,
@@ -252,6 +269,10 @@ mod tests {
             text.contains("sigx_call_duration_seconds_count{kind=\"timeout\"} 1\n"),
             "{text}"
         );
+        assert!(
+            text.contains("sigx_live_activations{actor_type=\"Counter\"} 2\n"),
+            "{text}"
+        );
         assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
@@ -265,6 +286,7 @@ mod tests {
             .observe("complete", Duration::from_millis(30));
         let text = render(
             BTreeMap::new(),
+            &[],
             true,
             false,
             &Histograms::default(),

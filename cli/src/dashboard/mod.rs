@@ -5,17 +5,21 @@
 //! the app socket and, when the sidecar's health address is known (a dev directory records it
 //! in `host-N/health.addr`; `--socket PATH,ADDR` names it), for its `/metrics` call-latency
 //! histogram. The answers are merged into one snapshot ([`snapshot::build`]); a sidecar that
-//! does not answer is shown as unreachable, never dropped. Host descriptors publish no health or
-//! admin address, so a host known only from another sidecar's membership view is listed with
-//! what that view says, and marked "not asked".
+//! does not answer is shown as unreachable, never dropped. A host known only from another
+//! sidecar's membership view is asked for its `/metrics` at the health address its descriptor
+//! publishes (`meta.health`); one that publishes none (an older sidecar) is listed with what the
+//! view says. With `--kubernetes` ([`kube`]) the hosts come from the cluster's Leases instead,
+//! and each is asked only for its `/metrics`.
 //!
 //! Live updates are by polling, not server-sent events: every answer is a complete snapshot, so
 //! a missed poll or a restarted dashboard needs no resynchronisation, the page can say how old
 //! its data is (and that the dashboard itself stopped answering) from the poll's own outcome,
 //! and sidecars are asked only while a page is open.
 
+mod kube;
 mod page;
 mod probe;
+mod scrape;
 mod server;
 mod snapshot;
 
@@ -38,6 +42,9 @@ On Kubernetes (the sidecar image carries `sigx`; socket /var/run/sigx/sidecar.so
   kubectl exec POD -c sigx-sidecar -- sigx dashboard \\
       --socket /var/run/sigx/sidecar.sock,127.0.0.1:9090 --listen 127.0.0.1:7400
   kubectl port-forward POD 7400          # then open http://127.0.0.1:7400/
+Or from anywhere with a kube config that reaches the API server and the pod network (the hosts'
+health addresses are published in their Lease descriptors, meta.health = podIP:9090):
+  sigx dashboard --kubernetes -n apps --cluster demo
 With neither --dir nor --socket, the dashboard uses .sigx (if `sigx dev up` made it) or else
 $SIGX_SOCKET / the default socket. A sidecar that does not answer is shown unreachable, not
 dropped; the page polls /api/fleet (JSON) every --interval.")]
@@ -50,6 +57,16 @@ pub struct DashboardArgs {
     /// (`/var/run/sigx/sidecar.sock,127.0.0.1:9090`). Repeatable.
     #[arg(long, value_name = "PATH[,ADDR]", value_parser = parse_socket)]
     pub socket: Vec<Target>,
+    /// Find the hosts in the Kubernetes API (the ActorCluster and its membership Leases) and
+    /// scrape each one's /metrics at the health address its descriptor publishes.
+    #[arg(long, conflicts_with_all = ["dir", "socket"])]
+    pub kubernetes: bool,
+    /// With --kubernetes: the namespace (default: the kube config's).
+    #[arg(long, short = 'n', requires = "kubernetes")]
+    pub namespace: Option<String>,
+    /// With --kubernetes: the ActorCluster (default: the namespace's only one).
+    #[arg(long, requires = "kubernetes")]
+    pub cluster: Option<String>,
     /// The address the page is served on. The default is loopback only: the page shows the
     /// fleet and finds actors for anyone who can reach it.
     #[arg(long, default_value = "127.0.0.1:7400")]
@@ -65,13 +82,13 @@ pub struct DashboardArgs {
 fn parse_socket(s: &str) -> Result<Target, String> {
     let (path, health) = match s.rsplit_once(',') {
         Some((path, addr)) => {
-            let addr: SocketAddr = addr.parse().map_err(|_| {
-                format!(
-                    "{addr:?} is not a health address: write PATH,IP:PORT, e.g. \
+            if !probe::is_host_port(addr) {
+                return Err(format!(
+                    "{addr:?} is not a health address: write PATH,HOST:PORT, e.g. \
                      /var/run/sigx/sidecar.sock,127.0.0.1:9090"
-                )
-            })?;
-            (path, Some(addr))
+                ));
+            }
+            (path, Some(addr.to_string()))
         }
         None => (s, None),
     };
@@ -80,8 +97,9 @@ fn parse_socket(s: &str) -> Result<Target, String> {
     }
     Ok(Target {
         label: path.to_string(),
-        socket: PathBuf::from(path),
+        socket: Some(PathBuf::from(path)),
         health,
+        host_id: None,
     })
 }
 
@@ -106,8 +124,9 @@ impl Sources {
                 let socket = sigx_sdk::socket_from_env();
                 s.sockets.push(Target {
                     label: socket.display().to_string(),
-                    socket,
+                    socket: Some(socket),
                     health: None,
+                    host_id: None,
                 });
             }
         }
@@ -123,15 +142,17 @@ impl Sources {
             for (n, host_dir) in dev_hosts(dir) {
                 let health = std::fs::read_to_string(host_dir.join("health.addr"))
                     .ok()
-                    .and_then(|s| s.trim().parse().ok());
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| probe::is_host_port(s));
                 out.push(Target {
                     label: if several {
                         format!("{}/host-{n}", dir.display())
                     } else {
                         format!("host-{n}")
                     },
-                    socket: host_dir.join("sidecar.sock"),
+                    socket: Some(host_dir.join("sidecar.sock")),
                     health,
+                    host_id: None,
                 });
             }
         }
@@ -168,7 +189,29 @@ fn dev_hosts(dir: &Path) -> Vec<(u32, PathBuf)> {
 }
 
 pub async fn run(args: DashboardArgs) -> ExitCode {
-    let sources = Sources::from_args(&args);
+    let kube = if args.kubernetes {
+        // The API read of a poll gets twice a sidecar's time: it is two requests.
+        let api_timeout = args.probe_timeout * 2;
+        match kube::KubeSource::connect(args.namespace.clone(), args.cluster.clone(), api_timeout)
+            .await
+        {
+            Ok(k) => Some(k),
+            Err(e) => {
+                eprintln!("sigx dashboard: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        }
+    } else {
+        None
+    };
+    let sources = if kube.is_some() {
+        Sources {
+            dirs: Vec::new(),
+            sockets: Vec::new(),
+        }
+    } else {
+        Sources::from_args(&args)
+    };
     for dir in &sources.dirs {
         if !dir.is_dir() {
             eprintln!(
@@ -195,12 +238,15 @@ pub async fn run(args: DashboardArgs) -> ExitCode {
              sees the fleet and can search its actors (the page has no login)"
         );
     }
+    let asking = match &kube {
+        Some(k) => k.describe(),
+        None => sources.describe(),
+    };
     println!(
-        "sigx dashboard: http://{addr}/ (asking {}; polled every {})",
-        sources.describe(),
+        "sigx dashboard: http://{addr}/ (asking {asking}; polled every {})",
         crate::duration::human(args.interval)
     );
-    let state = server::State::new(sources, args.interval, args.probe_timeout);
+    let state = server::State::new(sources, kube, args.interval, args.probe_timeout);
     tokio::select! {
         () = server::serve(listener, state) => ExitCode::SUCCESS,
         _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
@@ -214,11 +260,11 @@ mod tests {
     #[test]
     fn a_socket_may_carry_its_health_address() {
         let t = parse_socket("/run/a.sock,127.0.0.1:9090").unwrap();
-        assert_eq!(t.socket, PathBuf::from("/run/a.sock"));
-        assert_eq!(t.health, Some(([127, 0, 0, 1], 9090).into()));
+        assert_eq!(t.socket, Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(t.health.as_deref(), Some("127.0.0.1:9090"));
         assert_eq!(parse_socket("/run/a.sock").unwrap().health, None);
         let e = parse_socket("/run/a.sock,nope").unwrap_err();
-        assert!(e.contains("PATH,IP:PORT"), "{e}");
+        assert!(e.contains("PATH,HOST:PORT"), "{e}");
         assert!(parse_socket("").is_err());
     }
 
@@ -239,7 +285,10 @@ mod tests {
         let labels: Vec<&str> = targets.iter().map(|t| t.label.as_str()).collect();
         assert_eq!(labels, ["host-1", "host-2", "host-10", "/run/x.sock"]);
         assert_eq!(targets[0].health, None);
-        assert_eq!(targets[1].health, Some(([127, 0, 0, 1], 4242).into()));
-        assert_eq!(targets[1].socket, dir.path().join("host-2/sidecar.sock"));
+        assert_eq!(targets[1].health.as_deref(), Some("127.0.0.1:4242"));
+        assert_eq!(
+            targets[1].socket,
+            Some(dir.path().join("host-2/sidecar.sock"))
+        );
     }
 }

@@ -1,21 +1,53 @@
-//! Asking one sidecar about itself: `Status` over its app socket and, when its health address is
-//! known, the call-latency histogram of its `/metrics`.
+//! Asking one sidecar about itself: `Status` over its app socket (when the dashboard has it) and,
+//! when its health address is known, its `/metrics` (call-latency histogram, live activations,
+//! counters, ready/fenced gauges: [`Scrape`]).
 
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use sigx_sdk::Client;
 use sigx_sdk::proto::StatusResponse;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// One sidecar the dashboard asks: its app socket and, when known, its health/metrics address.
+pub use super::scrape::Scrape;
+
+/// One sidecar the dashboard asks: its app socket and/or its health/metrics address.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
-    /// How the user named it: `host-2` of a dev directory, or the socket path.
+    /// How the user named it (`host-2` of a dev directory, a socket path), or, for a host found
+    /// in a membership view or a Lease, its health address as its descriptor publishes it.
     pub label: String,
-    pub socket: PathBuf,
-    pub health: Option<SocketAddr>,
+    /// `None`: no socket for it (a host of another pod), so only its `/metrics` is asked.
+    pub socket: Option<PathBuf>,
+    /// `HOST:PORT` of its health listener (an IP or a name, resolved when asked).
+    pub health: Option<String>,
+    /// The host id, when known before asking (from a view or a Lease).
+    pub host_id: Option<String>,
+}
+
+impl Target {
+    /// A host known from a view or a Lease, asked only for its `/metrics` at `health` (its
+    /// descriptor's `meta.health`, `None` when it publishes none or an unreadable one).
+    pub fn metrics_only(host_id: &str, health: Option<&str>) -> Target {
+        let usable = health.filter(|h| is_host_port(h)).map(String::from);
+        Target {
+            label: match (&usable, health) {
+                (Some(addr), _) => format!("http://{addr}/metrics"),
+                (None, Some(raw)) => format!("{host_id} (meta.health {raw:?} is not HOST:PORT)"),
+                (None, None) => format!("{host_id} (publishes no meta.health)"),
+            },
+            socket: None,
+            health: usable,
+            host_id: Some(host_id.to_string()),
+        }
+    }
+}
+
+/// `HOST:PORT` (`10.0.0.7:9090`, `[fd00::7]:9090`, `pod-a.sigx:9090`).
+pub fn is_host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(host, port)| {
+        !host.is_empty() && !host.contains(char::is_whitespace) && port.parse::<u16>().is_ok()
+    })
 }
 
 /// Why a probe got no answer.
@@ -28,22 +60,28 @@ pub enum ProbeError {
     #[error("no answer within {0:?}")]
     Timeout(Duration),
     #[error("GET http://{addr}/metrics: {what}")]
-    Metrics { addr: SocketAddr, what: String },
+    Metrics { addr: String, what: String },
+    #[error(
+        "not reachable: the dashboard has no socket for it and its descriptor publishes no \
+         usable health address (meta.health = HOST:PORT; older sidecars publish none)"
+    )]
+    NoAddress,
 }
 
 /// What one target answered.
 #[derive(Debug)]
 pub struct Probe {
     pub target: Target,
-    pub status: Result<StatusResponse, ProbeError>,
+    /// `None` when the target has no socket (only its `/metrics` is asked).
+    pub status: Option<Result<StatusResponse, ProbeError>>,
     /// `None` when the target has no known health address.
-    pub latency: Option<Result<CallLatency, ProbeError>>,
+    pub metrics: Option<Result<Scrape, ProbeError>>,
 }
 
-/// Asks `target` for its status and its call latency, each under `timeout`.
+/// Asks `target` for its status and its metrics, each under `timeout`.
 pub async fn probe(target: Target, timeout: Duration) -> Probe {
-    let status = async {
-        let client = Client::connect(&target.socket)
+    let status = async |socket: &PathBuf| {
+        let client = Client::connect(socket)
             .await
             .map_err(|e| ProbeError::Connect(e.to_string()))?;
         client
@@ -52,30 +90,41 @@ pub async fn probe(target: Target, timeout: Duration) -> Probe {
             .await
             .map_err(|e| ProbeError::Status(crate::call::render_error(&e)))
     };
-    let status = tokio::time::timeout(timeout, status);
-    let latency = async {
-        match target.health {
+    let status = async {
+        match &target.socket {
+            None => None,
+            Some(socket) => Some(
+                tokio::time::timeout(timeout, status(socket))
+                    .await
+                    .unwrap_or(Err(ProbeError::Timeout(timeout))),
+            ),
+        }
+    };
+    let metrics = async {
+        match &target.health {
             None => None,
             Some(addr) => Some(
                 match tokio::time::timeout(timeout, get_metrics(addr)).await {
-                    Ok(Ok(text)) => Ok(CallLatency::parse(&text)),
-                    Ok(Err(what)) => Err(ProbeError::Metrics { addr, what }),
+                    Ok(Ok(text)) => Ok(Scrape::parse(&text)),
+                    Ok(Err(what)) => Err(ProbeError::Metrics {
+                        addr: addr.clone(),
+                        what,
+                    }),
                     Err(_) => Err(ProbeError::Timeout(timeout)),
                 },
             ),
         }
     };
-    let (status, latency) = futures::join!(status, latency);
-    let status = status.unwrap_or(Err(ProbeError::Timeout(timeout)));
+    let (status, metrics) = futures::join!(status, metrics);
     Probe {
         target,
         status,
-        latency,
+        metrics,
     }
 }
 
 /// `GET /metrics` over HTTP/1.1 with hyper's client connection.
-async fn get_metrics(addr: SocketAddr) -> Result<String, String> {
+async fn get_metrics(addr: &str) -> Result<String, String> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -85,7 +134,7 @@ async fn get_metrics(addr: SocketAddr) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
     let req = hyper::Request::get("/metrics")
-        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::HOST, addr)
         .body(Empty::<Bytes>::new())
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
@@ -115,10 +164,10 @@ pub struct CallLatency {
 const CALL_HISTOGRAM: &str = "sigx_call_duration_seconds";
 
 /// One sample line of a scrape: its metric name, its labels, its value.
-type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
+pub(super) type Sample<'a> = (&'a str, Vec<(&'a str, &'a str)>, f64);
 
 /// `name{a="x",b="y"} value` → (name, labels, value).
-fn sample(line: &str) -> Option<Sample<'_>> {
+pub(super) fn sample(line: &str) -> Option<Sample<'_>> {
     let (head, value) = line.rsplit_once(' ')?;
     let value: f64 = value.parse().ok()?;
     let (name, labels) = match head.split_once('{') {
@@ -284,11 +333,40 @@ sigx_turns_total 7
         let dir = tempfile::tempdir().unwrap();
         let target = Target {
             label: "gone".into(),
-            socket: dir.path().join("nothing.sock"),
-            health: Some(([127, 0, 0, 1], 1).into()),
+            socket: Some(dir.path().join("nothing.sock")),
+            health: Some("127.0.0.1:1".into()),
+            host_id: None,
         };
         let p = probe(target, Duration::from_secs(2)).await;
-        assert!(p.status.is_err(), "{:?}", p.status);
-        assert!(matches!(p.latency, Some(Err(_))), "{:?}", p.latency);
+        assert!(matches!(p.status, Some(Err(_))), "{:?}", p.status);
+        assert!(matches!(p.metrics, Some(Err(_))), "{:?}", p.metrics);
+        let p = probe(Target::metrics_only("h9", None), Duration::from_secs(2)).await;
+        assert!(p.status.is_none() && p.metrics.is_none(), "{p:?}");
+        assert_eq!(p.target.label, "h9 (publishes no meta.health)");
+        assert!(is_host_port("pod-a.sigx:9090") && is_host_port("[fd00::7]:9090"));
+        assert!(!is_host_port("9090") && !is_host_port(":9090") && !is_host_port("a:b"));
+    }
+
+    #[tokio::test]
+    async fn a_health_address_may_be_a_name() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let body = "sigx_ready 1\nsigx_live_activations{actor_type=\"Counter\"} 4\n";
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+            s.write_all(head.as_bytes()).await.unwrap();
+            s.write_all(body.as_bytes()).await.unwrap();
+        });
+        let t = Target::metrics_only("h1", Some(&format!("localhost:{port}")));
+        let p = probe(t, Duration::from_secs(5)).await;
+        let m = p.metrics.unwrap().expect("scraped through the name");
+        assert_eq!(
+            (m.ready, m.activations.get("Counter")),
+            (Some(true), Some(&4))
+        );
     }
 }

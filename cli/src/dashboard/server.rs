@@ -2,7 +2,8 @@
 //! and the actor search (`/api/actors/where`, `/api/actors/list`: the app API's `Locate` and
 //! `ListActors` through the first sidecar that answers).
 
-use super::probe::{Target, probe};
+use super::kube::KubeSource;
+use super::probe::{Probe, Target, probe};
 use super::{Sources, page, snapshot};
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -21,6 +22,8 @@ const LIST_LIMIT: usize = 1000;
 /// What every request shares.
 pub struct State {
     sources: Sources,
+    /// `--kubernetes`: the hosts come from the cluster's Leases, not from `sources`.
+    kube: Option<KubeSource>,
     interval: Duration,
     timeout: Duration,
     /// The descriptor each source last answered with, so a sidecar that stops answering keeps
@@ -33,9 +36,15 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(sources: Sources, interval: Duration, timeout: Duration) -> Arc<State> {
+    pub fn new(
+        sources: Sources,
+        kube: Option<KubeSource>,
+        interval: Duration,
+        timeout: Duration,
+    ) -> Arc<State> {
         Arc::new(State {
             sources,
+            kube,
             interval,
             timeout,
             last_seen: Mutex::new(BTreeMap::new()),
@@ -56,34 +65,80 @@ impl State {
     }
 
     async fn probe_all(&self) -> Value {
-        let probes = futures::future::join_all(
-            self.sources
-                .targets()
-                .into_iter()
-                .map(|t| probe(t, self.timeout)),
-        )
-        .await;
+        let (targets, leases, mut known, kube_info) = match &self.kube {
+            Some(k) => {
+                let r = k.read().await;
+                (r.targets, Some(r.leases), r.known, Some(r.info))
+            }
+            None => (self.sources.targets(), None, BTreeMap::new(), None),
+        };
+        let mut probes = self.probe(targets).await;
         let last_seen = {
             let mut seen = self.last_seen.lock().expect("last seen lock");
             for p in &probes {
-                if let Ok(Some(h)) = p.status.as_ref().map(|s| s.host.clone()) {
+                if let Some(Ok(s)) = &p.status
+                    && let Some(h) = s.host.clone()
+                {
                     seen.insert(p.target.label.clone(), Host::from_proto(h));
                 }
             }
             seen.clone()
         };
-        let snap = snapshot::build(&probes, &last_seen, crate::status::now_unix_ms());
+        // The hosts of the answering views that no socket was given for: their /metrics, at the
+        // address their descriptors publish (so one socket, e.g. in one pod, shows every host).
+        let mut covered: std::collections::BTreeSet<String> = probes
+            .iter()
+            .filter_map(|p| match &p.status {
+                Some(Ok(s)) => s.host.as_ref().map(|h| h.id.clone()),
+                Some(Err(_)) => last_seen.get(&p.target.label).map(|h| h.id.clone()),
+                None => p.target.host_id.clone(),
+            })
+            .collect();
+        let mut more = Vec::new();
+        for p in &probes {
+            let Some(Ok(s)) = &p.status else { continue };
+            for h in s.view.iter().flat_map(|v| &v.hosts) {
+                if covered.insert(h.id.clone()) {
+                    let health = h.meta.get(crate::kubernetes::HEALTH_META);
+                    more.push(Target::metrics_only(&h.id, health.map(String::as_str)));
+                }
+            }
+        }
+        probes.extend(self.probe(more).await);
+        known.extend(last_seen);
+        let snap = snapshot::build(
+            &probes,
+            &known,
+            leases.as_deref(),
+            crate::status::now_unix_ms(),
+        );
         let mut v = serde_json::to_value(&snap).unwrap_or_else(|e| json!({"error": e.to_string()}));
         v["pollMs"] = json!(self.interval.as_millis() as u64);
+        if let Some(info) = kube_info {
+            v["kubernetes"] = info;
+        }
         v
+    }
+
+    async fn probe(&self, targets: Vec<Target>) -> Vec<Probe> {
+        futures::future::join_all(targets.into_iter().map(|t| probe(t, self.timeout))).await
     }
 
     /// The first target whose socket connects, with its label.
     async fn any_client(&self) -> Result<(Client, String), String> {
+        if self.kube.is_some() {
+            return Err(
+                "with --kubernetes the dashboard has no sidecar socket to search \
+                        through: run one in a pod (kubectl exec POD -c sigx-sidecar -- sigx \
+                        dashboard --socket /var/run/sigx/sidecar.sock) and port-forward it"
+                    .to_string(),
+            );
+        }
         let targets: Vec<Target> = self.sources.targets();
         let mut tried = Vec::new();
         for t in targets {
-            match tokio::time::timeout(self.timeout, Client::connect(&t.socket)).await {
+            let Some(socket) = &t.socket else { continue };
+            match tokio::time::timeout(self.timeout, Client::connect(socket)).await {
                 Ok(Ok(c)) => return Ok((c.with_timeout(self.timeout * 5), t.label)),
                 Ok(Err(e)) => tried.push(format!("{}: {e}", t.label)),
                 Err(_) => tried.push(format!("{}: no answer within {:?}", t.label, self.timeout)),

@@ -1,13 +1,16 @@
 //! The fleet as the dashboard shows it, merged from what every probed sidecar answered.
 //!
 //! The rows are the union of (a) every sidecar the dashboard was pointed at, answering or not,
-//! and (b) every host in the membership view of any sidecar that answered. A sidecar that does
+//! (b) every host it asked only for `/metrics` (a Lease's host, or a view's host that publishes
+//! `meta.health`), answering or not, and (c) every other host in the membership view of any
+//! sidecar that answered (or in the Leases). A sidecar that does
 //! not answer stays a row, marked unreachable, under the host id it last answered with: it is
-//! never dropped. The fleet count is the hosts some answering sidecar's view holds, so a host
+//! never dropped. The fleet count is the hosts some answering sidecar's view (or, with
+//! `--kubernetes`, the Leases) holds, so a host
 //! that stopped is first unreachable (still in the views until its lease lapses), then gone from
 //! the count, while its row stays.
 
-use super::probe::{CallLatency, Probe};
+use super::probe::{CallLatency, Probe, ProbeError};
 use crate::status::fleet_summary;
 use serde::Serialize;
 use sigx_sdk::{Host, Members};
@@ -117,20 +120,35 @@ fn node_text(node: Option<&str>) -> String {
         .unwrap_or_else(|| SAID_NOTHING.to_string())
 }
 
-/// Merges the probes; `last_seen` maps a source label to the descriptor it last answered with.
-pub fn build(probes: &[Probe], last_seen: &BTreeMap<String, Host>, now_unix_ms: i64) -> Snapshot {
+/// Merges the probes; `last_seen` maps a source label to the descriptor it last answered with
+/// (or, for a host known from a Lease, the descriptor the Lease last held); `leases` is the
+/// fleet as the cluster's Leases record it, when the dashboard reads them (it counts as one
+/// more view).
+pub fn build(
+    probes: &[Probe],
+    last_seen: &BTreeMap<String, Host>,
+    leases: Option<&[Host]>,
+    now_unix_ms: i64,
+) -> Snapshot {
     // Every answering sidecar's view: host id -> (descriptor, how many views hold it).
     let mut in_views: BTreeMap<String, (Host, usize)> = BTreeMap::new();
+    let mut add = |h: Host| {
+        in_views
+            .entry(h.id.clone())
+            .and_modify(|(_, n)| *n += 1)
+            .or_insert((h, 1));
+    };
     for p in probes {
-        if let Ok(Some(view)) = p.status.as_ref().map(|s| s.view.clone()) {
-            for h in Members::from_proto(view).hosts {
-                in_views
-                    .entry(h.id.clone())
-                    .and_modify(|(_, n)| *n += 1)
-                    .or_insert((h, 1));
-            }
+        if let Some(Ok(s)) = &p.status
+            && let Some(view) = s.view.clone()
+        {
+            Members::from_proto(view)
+                .hosts
+                .into_iter()
+                .for_each(&mut add);
         }
     }
+    leases.unwrap_or_default().iter().cloned().for_each(add);
     let mut rows = Vec::new();
     let mut covered = BTreeSet::new();
     let mut activations_by_type = BTreeMap::new();
@@ -138,13 +156,73 @@ pub fn build(probes: &[Probe], last_seen: &BTreeMap<String, Host>, now_unix_ms: 
     let mut fleet_latency: Option<CallLatency> = None;
     let mut latency_hosts = 0;
     for p in probes {
-        let (latency, latency_error) = match &p.latency {
+        let (latency, latency_error) = match &p.metrics {
             None => (None, None),
-            Some(Ok(l)) => (Some(l), None),
+            Some(Ok(m)) => (Some(&m.latency), None),
             Some(Err(e)) => (None, Some(e.to_string())),
         };
         match &p.status {
-            Ok(s) => {
+            None => {
+                // A host the dashboard has no socket for: what its /metrics says.
+                let id = p.target.host_id.clone();
+                let seen = id.as_ref().and_then(|id| in_views.get(id));
+                if let Some(id) = &id {
+                    covered.insert(id.clone());
+                }
+                let known = seen.map(|(h, _)| h).or_else(|| {
+                    let id = id.as_ref()?;
+                    last_seen.values().find(|h| &h.id == id)
+                });
+                let scrape = p.metrics.as_ref().and_then(|m| m.as_ref().ok());
+                if let Some(m) = scrape {
+                    for (t, n) in &m.activations {
+                        *activations_by_type.entry(t.clone()).or_insert(0) += n;
+                    }
+                    for (name, v) in &m.counters {
+                        *counters.entry(name.clone()).or_insert(0) += v;
+                    }
+                    latency_hosts += 1;
+                    fleet_latency
+                        .get_or_insert_with(CallLatency::default)
+                        .merge(&m.latency);
+                }
+                let node = known.and_then(Host::node).map(str::to_string);
+                let error = match &p.metrics {
+                    Some(Ok(_)) => None,
+                    Some(Err(e)) => Some(e.to_string()),
+                    None => Some(ProbeError::NoAddress.to_string()),
+                };
+                rows.push(HostRow {
+                    id,
+                    source: Some(p.target.label.clone()),
+                    reachable: Some(scrape.is_some()),
+                    error,
+                    state: match scrape {
+                        None => "unreachable".into(),
+                        Some(m) if m.fenced == Some(true) => "fenced".into(),
+                        Some(m) if m.ready == Some(true) => "ready".into(),
+                        Some(_) => "not ready".into(),
+                    },
+                    fence_reason: None,
+                    view_status: seen.map(|(h, _)| h.status.to_string()),
+                    seen_by: seen.map_or(0, |(_, n)| *n),
+                    node_text: match known {
+                        None => NEVER_ANSWERED.to_string(),
+                        Some(_) => node_text(node.as_deref()),
+                    },
+                    node,
+                    types: known.and_then(|h| h.types.clone()),
+                    app_connected: None,
+                    activations: scrape.map(|m| m.activations.clone()),
+                    partitions_recovering: scrape
+                        .map(|m| m.counters.get("partitionsRecovering").copied().unwrap_or(0)),
+                    counters: scrape.map(|m| m.counters.clone()),
+                    latency: scrape.map(|m| Latency::from(&m.latency)),
+                    latency_error: None,
+                    started_at_unix_ms: known.map(|h| h.started_at_unix_ms),
+                });
+            }
+            Some(Ok(s)) => {
                 let own = s.host.clone().map(Host::from_proto);
                 let id = own.as_ref().map(|h| h.id.clone());
                 let seen = id.as_ref().and_then(|id| in_views.get(id));
@@ -192,7 +270,7 @@ pub fn build(probes: &[Probe], last_seen: &BTreeMap<String, Host>, now_unix_ms: 
                     started_at_unix_ms: own.map(|h| h.started_at_unix_ms),
                 });
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 // What is known of it: its last answer, else what a view says, else nothing.
                 let last = last_seen.get(&p.target.label);
                 let id = last.map(|h| h.id.clone());

@@ -23,15 +23,16 @@ fn desc(id: &str, node: Option<&str>) -> v1::HostDescriptor {
 fn target(label: &str) -> Target {
     Target {
         label: label.into(),
-        socket: format!("/nowhere/{label}.sock").into(),
+        socket: Some(format!("/nowhere/{label}.sock").into()),
         health: None,
+        host_id: None,
     }
 }
 
 fn answering(label: &str, id: &str, view: &[&str], counters: u64, acts: u64) -> Probe {
     Probe {
         target: target(label),
-        status: Ok(v1::StatusResponse {
+        status: Some(Ok(v1::StatusResponse {
             host: Some(desc(id, Some("box"))),
             state: "ready".into(),
             fence_reason: String::new(),
@@ -49,16 +50,16 @@ fn answering(label: &str, id: &str, view: &[&str], counters: u64, acts: u64) -> 
                 version: 1,
                 hosts: view.iter().map(|h| desc(h, Some("box"))).collect(),
             }),
-        }),
-        latency: None,
+        })),
+        metrics: None,
     }
 }
 
 fn silent(label: &str) -> Probe {
     Probe {
         target: target(label),
-        status: Err(ProbeError::Connect("connection refused".into())),
-        latency: None,
+        status: Some(Err(ProbeError::Connect("connection refused".into()))),
+        metrics: None,
     }
 }
 
@@ -69,7 +70,7 @@ fn answers_are_summed_and_the_fleet_is_counted_from_the_views() {
         answering("host-2", "h2", &["h1", "h2", "h3"], 7, 3),
         answering("host-3", "h3", &["h1", "h2", "h3"], 1, 4),
     ];
-    let s = build(&probes, &BTreeMap::new(), 0);
+    let s = build(&probes, &BTreeMap::new(), None, 0);
     assert_eq!(s.summary.text, "3 host(s) / 1 node(s)");
     assert_eq!(s.summary.hosts, 3);
     assert_eq!(s.summary.nodes, Some(1));
@@ -98,7 +99,7 @@ fn a_sidecar_that_stops_answering_stays_a_row_under_its_last_id() {
         answering("host-2", "h2", &["h1", "h2", "h3"], 7, 3),
         silent("host-3"),
     ];
-    let s = build(&probes, &last, 0);
+    let s = build(&probes, &last, None, 0);
     assert_eq!(s.summary.hosts, 3);
     assert_eq!(s.summary.unreachable, 1);
     let row = s
@@ -122,7 +123,7 @@ fn a_sidecar_that_stops_answering_stays_a_row_under_its_last_id() {
         answering("host-2", "h2", &["h1", "h2"], 7, 3),
         silent("host-3"),
     ];
-    let s = build(&probes, &last, 0);
+    let s = build(&probes, &last, None, 0);
     assert_eq!(s.summary.text, "2 host(s) / 1 node(s)");
     assert_eq!(s.hosts.len(), 3);
     let row = s
@@ -137,7 +138,7 @@ fn a_sidecar_that_stops_answering_stays_a_row_under_its_last_id() {
 
 #[test]
 fn a_sidecar_that_never_answered_is_not_said_to_report_no_node() {
-    let s = build(&[silent("host-1")], &BTreeMap::new(), 0);
+    let s = build(&[silent("host-1")], &BTreeMap::new(), None, 0);
     assert_eq!(s.hosts[0].id, None);
     assert_eq!(s.hosts[0].node_text, NEVER_ANSWERED);
     assert_eq!(s.hosts[0].types, None);
@@ -148,7 +149,7 @@ fn a_sidecar_that_never_answered_is_not_said_to_report_no_node() {
 #[test]
 fn hosts_known_only_from_a_view_are_listed_as_not_asked() {
     let probes = vec![answering("/run/a.sock", "h1", &["h1", "h9"], 0, 0)];
-    let s = build(&probes, &BTreeMap::new(), 0);
+    let s = build(&probes, &BTreeMap::new(), None, 0);
     let row = s
         .hosts
         .iter()
@@ -164,14 +165,14 @@ fn hosts_known_only_from_a_view_are_listed_as_not_asked() {
 #[test]
 fn a_host_without_a_node_said_nothing_about_where_it_runs() {
     let mut p = answering("host-1", "h1", &[], 0, 0);
-    if let Ok(s) = &mut p.status {
+    if let Some(Ok(s)) = &mut p.status {
         s.host = Some(desc("h1", None));
         s.view = Some(v1::MembersResponse {
             version: 1,
             hosts: vec![desc("h1", None), desc("h2", Some("n2"))],
         });
     }
-    let s = build(&[p], &BTreeMap::new(), 0);
+    let s = build(&[p], &BTreeMap::new(), None, 0);
     assert_eq!(s.hosts[0].node_text, SAID_NOTHING);
     assert_eq!(s.hosts[0].node, None);
     assert_eq!(
@@ -179,13 +180,13 @@ fn a_host_without_a_node_said_nothing_about_where_it_runs() {
         "2 host(s) / 1 node(s) (1 host(s) report no node)"
     );
     let mut p = answering("host-1", "h1", &[], 0, 0);
-    if let Ok(s) = &mut p.status {
+    if let Some(Ok(s)) = &mut p.status {
         s.view = Some(v1::MembersResponse {
             version: 1,
             hosts: vec![desc("h1", None)],
         });
     }
-    let s = build(&[p], &BTreeMap::new(), 0);
+    let s = build(&[p], &BTreeMap::new(), None, 0);
     assert_eq!(s.summary.nodes, None);
     assert!(
         s.summary
@@ -199,13 +200,90 @@ fn a_host_without_a_node_said_nothing_about_where_it_runs() {
 #[test]
 fn fenced_hosts_are_named() {
     let mut p = answering("host-1", "h1", &["h1"], 0, 0);
-    if let Ok(s) = &mut p.status {
+    if let Some(Ok(s)) = &mut p.status {
         s.state = "fenced".into();
         s.fence_reason = "lease lost".into();
         s.counters.insert("partitionsRecovering".into(), 4);
     }
-    let s = build(&[p], &BTreeMap::new(), 0);
+    let s = build(&[p], &BTreeMap::new(), None, 0);
     assert_eq!(s.summary.fenced, vec!["h1".to_string()]);
     assert_eq!(s.summary.partitions_recovering, 4);
     assert_eq!(s.hosts[0].fence_reason.as_deref(), Some("lease lost"));
+}
+
+fn scraped(id: &str, activations: u64, fenced: bool) -> Probe {
+    let text = format!(
+        "# TYPE sigx_turns counter\nsigx_turns_total 4\n\
+         sigx_live_activations{{actor_type=\"Counter\"}} {activations}\n\
+         sigx_ready {}\nsigx_fenced {}\n",
+        u8::from(!fenced),
+        u8::from(fenced)
+    );
+    Probe {
+        target: Target::metrics_only(id, Some("10.0.0.9:9090")),
+        status: None,
+        metrics: Some(Ok(crate::dashboard::probe::Scrape::parse(&text))),
+    }
+}
+
+#[test]
+fn hosts_known_from_the_leases_show_what_their_metrics_say() {
+    let leases: Vec<Host> = ["h1", "h2", "h3", "h4"]
+        .iter()
+        .map(|id| Host::from_proto(desc(id, Some(&format!("node-{id}")))))
+        .collect();
+    let mut stopped = scraped("h3", 0, false);
+    stopped.metrics = Some(Err(ProbeError::Timeout(std::time::Duration::from_secs(1))));
+    let mut old = scraped("h4", 0, false);
+    old.target = Target::metrics_only("h4", None);
+    old.metrics = None;
+    let probes = vec![
+        scraped("h1", 2, false),
+        scraped("h2", 5, true),
+        stopped,
+        old,
+    ];
+    let s = build(&probes, &BTreeMap::new(), Some(&leases), 0);
+    assert_eq!(s.summary.hosts, 4, "the Leases are the fleet");
+    assert_eq!(s.summary.text, "4 host(s) / 4 node(s)");
+    assert_eq!(s.hosts.len(), 4, "no host twice, none dropped");
+    assert_eq!(s.activations_by_type["Counter"], 7);
+    assert_eq!(s.counters["turns"], 8);
+    assert_eq!(s.latency_hosts, 2);
+    let r = |id: &str| {
+        s.hosts
+            .iter()
+            .find(|h| h.id.as_deref() == Some(id))
+            .unwrap()
+    };
+    assert_eq!(r("h1").state, "ready");
+    assert_eq!(r("h1").reachable, Some(true));
+    assert_eq!(r("h1").node.as_deref(), Some("node-h1"));
+    assert_eq!(
+        r("h1").source.as_deref(),
+        Some("http://10.0.0.9:9090/metrics")
+    );
+    assert_eq!(r("h2").state, "fenced");
+    assert_eq!(s.summary.fenced, vec!["h2".to_string()]);
+    assert_eq!(r("h3").state, "unreachable");
+    assert_eq!(r("h3").reachable, Some(false));
+    assert_eq!(r("h3").node.as_deref(), Some("node-h3"), "still named");
+    assert!(r("h4").error.as_deref().unwrap().contains("meta.health"));
+    assert_eq!(r("h4").reachable, Some(false));
+    assert_eq!(s.summary.unreachable, 2);
+}
+
+#[test]
+fn a_host_whose_lease_is_gone_keeps_its_last_descriptor() {
+    let mut gone = scraped("h9", 0, false);
+    gone.metrics = Some(Err(ProbeError::Timeout(std::time::Duration::from_secs(1))));
+    let known = BTreeMap::from([(
+        gone.target.label.clone(),
+        Host::from_proto(desc("h9", Some("node-9"))),
+    )]);
+    let s = build(&[gone], &known, Some(&[]), 0);
+    assert_eq!(s.summary.hosts, 0, "no Lease holds it");
+    assert_eq!(s.hosts.len(), 1, "but it stays listed");
+    assert_eq!(s.hosts[0].node.as_deref(), Some("node-9"));
+    assert_eq!(s.hosts[0].view_status, None);
 }

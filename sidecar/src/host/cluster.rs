@@ -301,6 +301,10 @@ pub(crate) async fn bring_up(b: BringUp) {
         descriptor.meta.insert("zone".into(), zone.clone());
     }
     descriptor.meta.insert("role".into(), cfg.role.clone());
+    descriptor.meta.insert(
+        crate::health::META_KEY.into(),
+        crate::health::published_addr(&cfg.advertise, cfg.health_addr),
+    );
     descriptor.started_at_unix_ms = opts.clock.wall_unix_ms();
 
     // 2. Join as joining.

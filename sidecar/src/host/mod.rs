@@ -237,6 +237,8 @@ impl Host {
         let health_addr = health_listener
             .local_addr()
             .map_err(|e| HostError::Other(e.to_string()))?;
+        // An ephemeral health port is published (descriptor meta.health) as actually bound.
+        cfg.health_addr = health_addr;
         let mesh_listener = if clustered {
             let l = TcpMeshListener::bind(cfg.mesh_addr)
                 .await
@@ -611,6 +613,7 @@ fn render_metrics(
     all.extend(cluster.unwrap_or_default());
     crate::metrics::render(
         all,
+        &runtime.activation_counts(),
         state.ready(),
         state.fence_reason().is_some(),
         &runtime.counters().histograms,

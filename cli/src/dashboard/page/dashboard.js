@@ -69,7 +69,22 @@ function hostRow(h) {
   return tr;
 }
 
+// With --kubernetes: the ActorCluster as the operator reports it, or why the API was not read.
+function kubernetesLine(k) {
+  if (!k) return "";
+  if (k.error) return `Kubernetes API: ${k.error}`;
+  const parts = [`ActorCluster ${k.namespace}/${k.cluster}`];
+  if (k.summary) parts.push(`operator: ${k.summary}`);
+  if (k.note) parts.push(k.note);
+  for (const c of k.conditions || []) parts.push(`${c.type} ${c.status} (${c.reason}: ${c.message})`);
+  for (const u of k.unreadableLeases || []) parts.push(`unreadable: ${u}`);
+  return parts.join(" · ");
+}
+
 function render(s) {
+  const k = kubernetesLine(s.kubernetes);
+  $("#kubernetes").hidden = !k;
+  $("#kubernetes").textContent = k;
   $("#summary").textContent = s.summary.text;
   const r = s.summary;
   $("#reachability").textContent = `· ${r.reachable} of ${r.asked} sidecar(s) answered` +
