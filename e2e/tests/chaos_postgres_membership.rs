@@ -29,6 +29,11 @@ async fn rolling_restart_kill_9_and_sigstop_on_postgres_membership_keep_the_ledg
     let dsn = server.create_database("fleet").await;
     let mut fleet = Fleet::start(FleetConfig {
         membership_dsn: Some(dsn),
+        // Twice the SQLite ledger's lease: a renewal here is a round trip to a PostgreSQL
+        // server sharing the 2 cores, and at a 1 s TTL a CI machine under load starved one
+        // long enough that a live host fenced itself (suspect-monotonic), failing its calls.
+        beat_ms: 400,
+        ttl_ms: 2_000,
         ..FleetConfig::default()
     })
     .await;
