@@ -75,7 +75,7 @@ func timeoutMs(ctx context.Context) uint64 {
 // result payload. The deadline of ctx bounds the whole call, routing included.
 func (c *Client) Call(ctx context.Context, ref ActorRef, method string, payload []byte) ([]byte, error) {
 	res, err := c.api.Call(ctx, &pb.CallRequest{Actor: ref.pb(), Method: method, Payload: payload,
-		TimeoutMs: timeoutMs(ctx), Trace: traceOf(ctx)})
+		TimeoutMs: timeoutMs(ctx), Trace: traceOf(ctx), Locality: localityOf(ctx)})
 	if err != nil {
 		return nil, decodeErr(ctx, c.socket, err)
 	}

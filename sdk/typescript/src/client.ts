@@ -76,7 +76,8 @@ export class Client implements ReminderApi, TimerApi {
   async call(type: string, key: string, method: string, arg?: unknown, options: CallOptions = {}): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     const trace = options.trace === undefined ? currentTrace() : options.trace ?? undefined;
-    const res = await this.unary('Call', { actor: { actorType: type, key }, method, payload: encode(arg), timeoutMs, trace }, timeoutMs, options.signal);
+    const locality = wireLocality(options.locality);
+    const res = await this.unary('Call', { actor: { actorType: type, key }, method, payload: encode(arg), timeoutMs, trace, locality }, timeoutMs, options.signal);
     return decode(res.payload);
   }
 
@@ -204,4 +205,16 @@ export class Client implements ReminderApi, TimerApi {
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
+}
+
+const LOCALITIES = new Set(['ANY', 'SAME_NODE', 'SAME_ZONE']);
+
+/** `CallOptions.locality` as the proto enum; an unknown name is the caller's mistake, named. */
+function wireLocality(locality: CallOptions['locality']): string | number {
+  if (typeof locality === 'number') return locality;
+  const name = locality ?? 'ANY';
+  if (!LOCALITIES.has(name)) {
+    throw new TypeError(`locality ${JSON.stringify(name)} is not one of 'ANY', 'SAME_NODE' or 'SAME_ZONE'`);
+  }
+  return `LOCALITY_${name}`;
 }

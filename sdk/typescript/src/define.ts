@@ -152,7 +152,19 @@ export interface CallOptions {
    * turn's). `null` sends none.
    */
   trace?: TraceContext | null;
+  /**
+   * Where an actor this call activates should go, near this app's sidecar: a host on the same
+   * node, else the same zone, else any (`'SAME_ZONE'`: the same zone, else any). It only places:
+   * an actor already active elsewhere is called where it is; no preference ever fails a call.
+   */
+  locality?: Locality;
 }
+
+/**
+ * A call's placement preference (`CallOptions.locality`); a number is sent as the enum's wire
+ * value unchanged (the sidecar refuses one it does not know as invalid).
+ */
+export type Locality = 'ANY' | 'SAME_NODE' | 'SAME_ZONE' | number;
 
 /** The client-side method for one handler: its argument (if any) and its awaited result. */
 export type ClientMethod<H> = H extends (ctx: never) => infer R

@@ -1,7 +1,7 @@
 // sigx for TypeScript: define actor and worker types, serve them on the sidecar, call them.
 export { defineActor, defineWorker } from './define.js';
 export type {
-  ActorContext, ActorDefinition, ActorSpec, CallOptions, ClientOf, DeactivateReason,
+  ActorContext, ActorDefinition, ActorSpec, CallOptions, Locality, ClientOf, DeactivateReason,
   WorkerContext, WorkerDefinition, WorkerSpec,
 } from './define.js';
 export { defineActorApp, Backoff } from './app.js';

@@ -8,7 +8,15 @@ from sigx.actors.v1.app_pb2 import (
     DEACTIVATE_REASON_UNSPECIFIED,
 )
 from sigx.app import App, SessionEnd
-from sigx.client import ACTIVE, ANY, Client, Members
+from sigx.client import (
+    ACTIVE,
+    ANY,
+    LOCALITY_ANY,
+    LOCALITY_SAME_NODE,
+    LOCALITY_SAME_ZONE,
+    Client,
+    Members,
+)
 from sigx.context import ActorContext, TurnInfo, WorkerContext, current_turn
 from sigx.registry import actor, method, worker
 from sigx.reminders import ActorHandle, Reminder, ReminderInfo
@@ -23,6 +31,9 @@ __all__ = [
     "DEACTIVATE_REASON_SHUTDOWN",
     "DEACTIVATE_REASON_SUPERSEDED",
     "DEACTIVATE_REASON_UNSPECIFIED",
+    "LOCALITY_ANY",
+    "LOCALITY_SAME_NODE",
+    "LOCALITY_SAME_ZONE",
     "ActorContext",
     "ActorHandle",
     "App",

@@ -25,6 +25,14 @@ TRANSPORT_SLACK_S = 2.0
 ANY = app_pb2.MEMBER_STATUS_FILTER_ANY
 ACTIVE = app_pb2.MEMBER_STATUS_FILTER_ACTIVE
 
+# Placement preferences for the actor a call activates (`Client.call(..., locality=...)`),
+# relative to the host the call enters: a host on the same node (its NODE_NAME), else the same
+# zone (its SIGX_ZONE), else any eligible host. They only place: an actor already active
+# elsewhere is called where it is, and no preference ever fails a call.
+LOCALITY_ANY = app_pb2.LOCALITY_ANY
+LOCALITY_SAME_NODE = app_pb2.LOCALITY_SAME_NODE
+LOCALITY_SAME_ZONE = app_pb2.LOCALITY_SAME_ZONE
+
 
 def socket_from_env() -> str:
     """$SIGX_SOCKET, or DEFAULT_SOCKET when it is unset or empty."""
@@ -77,9 +85,12 @@ class Client:
         payload: bytes = b"",
         *,
         timeout: float | None = None,
+        locality: int = LOCALITY_ANY,
     ) -> bytes:
         """Calls `method` on the actor (or worker) `actor_type`/`key`, anywhere in the cluster.
-        `timeout` (seconds) bounds the whole call; unset = the sidecar's default (30 s). Inside a
+        `timeout` (seconds) bounds the whole call; unset = the sidecar's default (30 s).
+        `locality` (`LOCALITY_SAME_NODE` / `LOCALITY_SAME_ZONE`) says where an actor this call
+        activates should go, near this app's sidecar. Inside a
         handler the call carries the turn's W3C trace context (`sigx.current_trace()`), so the
         callee's spans and turn continue the turn's trace."""
         timeout_ms, grpc_timeout = self._deadline(timeout)
@@ -88,6 +99,7 @@ class Client:
             method=method,
             payload=payload,
             timeout_ms=timeout_ms,
+            locality=locality,
         )
         trace = current_trace()
         if trace is not None:
