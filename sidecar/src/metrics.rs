@@ -56,6 +56,38 @@ impl OutcomeHistogram {
     }
 }
 
+/// A directory RPC and how it ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RpcLabel {
+    /// `register`, `unregister` or `lookup`.
+    pub rpc: String,
+    /// `ok`, `retry` (the owner answered recovering / not owner / not converged) or `failed`
+    /// (the mesh call failed).
+    pub kind: String,
+}
+
+/// Directory RPCs this host made to partition owners over the mesh, by RPC and outcome.
+#[derive(Debug, Clone)]
+pub struct RpcHistogram(pub HistogramFamily<RpcLabel>);
+
+impl Default for RpcHistogram {
+    fn default() -> Self {
+        RpcHistogram(Family::new_with_constructor(latency_histogram))
+    }
+}
+
+impl RpcHistogram {
+    /// Observes one `rpc` of `took` that ended as `kind`.
+    pub fn observe(&self, rpc: &str, kind: &str, took: Duration) {
+        self.0
+            .get_or_create(&RpcLabel {
+                rpc: rpc.into(),
+                kind: kind.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+}
+
 /// The cluster's histograms (absent on a single host): membership renewals and directory
 /// collection rounds, owned by the membership handle and the directory.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +96,8 @@ pub struct ClusterHistograms {
     pub renewals: OutcomeHistogram,
     /// Directory collection rounds, by `complete` / `restarted` / `failed`.
     pub collection_rounds: OutcomeHistogram,
+    /// Directory RPCs to remote partition owners, by RPC and outcome.
+    pub directory_rpcs: RpcHistogram,
 }
 
 /// 0.5 ms to ~16 s, doubling: from a same-host call to a call deadline.
@@ -224,6 +258,12 @@ pub fn render(
             Unit::Seconds,
             c.collection_rounds.0.clone(),
         );
+        registry.register_with_unit(
+            "directory_rpc_duration",
+            "directory RPCs to remote partition owners (register, unregister, lookup), by outcome",
+            Unit::Seconds,
+            c.directory_rpcs.0.clone(),
+        );
     }
     let mut out = String::new();
     let _ = encode(&mut out, &registry);
@@ -284,6 +324,8 @@ mod tests {
         c.renewals.observe("failed", Duration::from_secs(1));
         c.collection_rounds
             .observe("complete", Duration::from_millis(30));
+        c.directory_rpcs
+            .observe("lookup", "ok", Duration::from_millis(1));
         let text = render(
             BTreeMap::new(),
             &[],
@@ -297,6 +339,7 @@ mod tests {
             "sigx_membership_renewal_duration_seconds_count{kind=\"ok\"} 2\n",
             "sigx_membership_renewal_duration_seconds_count{kind=\"failed\"} 1\n",
             "sigx_collection_round_duration_seconds_count{kind=\"complete\"} 1\n",
+            "sigx_directory_rpc_duration_seconds_count{rpc=\"lookup\",kind=\"ok\"} 1\n",
         ] {
             assert!(text.contains(line), "{line} in {text}");
         }

@@ -86,31 +86,42 @@ def test_metrics_parse_and_the_call_histogram_counts_every_call(pb) -> None:
     assert all(f.type in ("counter", "gauge", "histogram") for f in families.values())
 
 
-def test_a_clustered_host_exports_renewal_and_collection_round_histograms(pb) -> None:
-    """A host on SQLite membership: each lease renewal is one `ok` observation of
-    `sigx_membership_renewal_duration_seconds`, and joining ran (at least) one complete directory
-    collection round; a single host (the test above) exports neither family."""
-    port = free_port()
+def test_clustered_hosts_export_renewal_collection_and_directory_rpc_histograms(pb) -> None:
+    """Two hosts on one SQLite membership file: each lease renewal is one `ok` observation of
+    `sigx_membership_renewal_duration_seconds`, joining ran at least one complete collection
+    round, and new actors whose directory partition the other host owns were looked up over
+    the mesh (`sigx_directory_rpc_duration_seconds{rpc="lookup"}`); a single host (the test
+    above) exports none of these families."""
+    ports = [free_port(), free_port()]
     with tempfile.TemporaryDirectory(prefix="sigx-py-") as d:
-        env = {
-            "SIGX_HEALTH_ADDR": f"127.0.0.1:{port}",
-            "SIGX_MEMBERSHIP": "sqlite",
-            "SIGX_SQLITE_PATH": str(Path(d) / "members.db"),
-            "SIGX_MESH_ADDR": f"127.0.0.1:{free_port()}",
-            "SIGX_BEAT_MS": "100",
-            "SIGX_TTL_MS": "1000",
-        }
-        sidecar = start_sidecar(Path(d), pb, env)
-        app = CounterApp(pb, sidecar.target)
+        sidecars, apps = [], []
         try:
-            wait_ready(port)
-            assert call(pb, sidecar.target, "k", "incr") == grpc.StatusCode.OK
-            first = scrape(port)
+            for i, port in enumerate(ports):
+                home = Path(d) / f"h{i}"
+                home.mkdir()
+                env = {
+                    "SIGX_HEALTH_ADDR": f"127.0.0.1:{port}",
+                    "SIGX_HOST_ID": f"py-host-{i}",
+                    "SIGX_MEMBERSHIP": "sqlite",
+                    "SIGX_SQLITE_PATH": str(Path(d) / "members.db"),
+                    "SIGX_MESH_ADDR": f"127.0.0.1:{free_port()}",
+                    "SIGX_BEAT_MS": "100",
+                    "SIGX_TTL_MS": "1000",
+                }
+                sidecars.append(start_sidecar(home, pb, env))
+                apps.append(CounterApp(pb, sidecars[-1].target))
+                wait_ready(port)
+            wait_members(pb, sidecars[0].target, 2)
+            oks = [call(pb, sidecars[0].target, f"r{k}", "incr") for k in range(24)]
+            assert oks == [grpc.StatusCode.OK] * 24, oks
+            first = scrape(ports[0])
             time.sleep(1.0)
-            later = scrape(port)
+            later = scrape(ports[0])
         finally:
-            app.close()
-            stop_sidecar(sidecar)
+            for app in apps:
+                app.close()
+            for sidecar in sidecars:
+                stop_sidecar(sidecar)
 
     renewals = later["sigx_membership_renewal_duration_seconds"]
     assert renewals.type == "histogram" and renewals.unit == "seconds"
@@ -121,7 +132,23 @@ def test_a_clustered_host_exports_renewal_and_collection_round_histograms(pb) ->
     assert sample(renewals, "_sum", kind="ok") > 0
     rounds = later["sigx_collection_round_duration_seconds"]
     assert sample(rounds, "_count", kind="complete") >= 1
+    rpcs = later["sigx_directory_rpc_duration_seconds"]
+    lookups = sample(rpcs, "_count", rpc="lookup", kind="ok")
+    # 24 new actors, each looked up at its partition's owner, about half of them the other
+    # host: those are RPCs, the rest are answered in process and are not.
+    assert 1 <= lookups < 24, lookups
     assert "sigx_membership_renewal_duration_seconds" not in families_of_single_host(pb)
+
+
+def wait_members(pb, target: str, n: int) -> None:
+    deadline = time.monotonic() + 15
+    with grpc.insecure_channel(target) as channel:
+        while True:
+            view = pb.grpc.ActorHostStub(channel).Members(pb.app.MembersRequest(), timeout=5)
+            if len(view.hosts) >= n:
+                return
+            assert time.monotonic() < deadline, f"the view never reached {n} hosts: {view}"
+            time.sleep(0.05)
 
 
 def wait_ready(port: int) -> None:

@@ -126,12 +126,14 @@ impl Inner {
     /// answer or a reason to retry.
     async fn call_owner<Req, Resp: OwnerAnswer>(
         &self,
+        rpc: &str,
         owner: &super::PeerInfo,
         req: Req,
         deadline: Instant,
         local: impl FnOnce(&Self, &Req) -> Result<Resp, ActorError>,
         remote: impl AsyncFnOnce(PeerAddr<'_>, Req, Instant) -> Result<Resp, MeshCallError>,
     ) -> Result<Step<Resp>, ActorError> {
+        let mut started = None;
         let resp = if owner.id == self.me {
             local(self, &req)?
         } else {
@@ -139,21 +141,35 @@ impl Inner {
                 id: &owner.id,
                 advertise: &owner.advertise,
             };
-            let d = deadline.min(Instant::now() + self.config.rpc_timeout);
+            let now = Instant::now();
+            started = Some(now);
+            let d = deadline.min(now + self.config.rpc_timeout);
             match remote(addr, req, d).await {
                 Ok(r) => r,
-                Err(e) => return mesh_error_step(e),
+                Err(e) => {
+                    self.rpcs.observe(rpc, "failed", now.elapsed());
+                    return mesh_error_step(e);
+                }
             }
         };
         let (status, retry_after_ms, owner_hint) = resp.answer();
-        Ok(match classify_status(status, retry_after_ms, owner_hint) {
+        let step = match classify_status(status, retry_after_ms, owner_hint) {
             None => Step::Done(resp),
             Some((hint_ms, refresh, why)) => Step::Retry {
                 hint_ms,
                 refresh,
                 why,
             },
-        })
+        };
+        if let Some(t0) = started {
+            let kind = if matches!(step, Step::Done(_)) {
+                "ok"
+            } else {
+                "retry"
+            };
+            self.rpcs.observe(rpc, kind, t0.elapsed());
+        }
+        Ok(step)
     }
 
     async fn call_register(
@@ -163,6 +179,7 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Step<RegisterResponse>, ActorError> {
         self.call_owner(
+            "register",
             owner,
             req,
             deadline,
@@ -179,6 +196,7 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Step<UnregisterResponse>, ActorError> {
         self.call_owner(
+            "unregister",
             owner,
             req,
             deadline,
@@ -195,6 +213,7 @@ impl Inner {
         deadline: Instant,
     ) -> Result<Step<LookupResponse>, ActorError> {
         self.call_owner(
+            "lookup",
             owner,
             req,
             deadline,

@@ -211,6 +211,8 @@ pub(crate) struct Inner {
     counters: Counters,
     /// Collection round durations by outcome (`/metrics`).
     rounds: crate::metrics::OutcomeHistogram,
+    /// Remote owner RPC durations by RPC and outcome (`/metrics`).
+    rpcs: crate::metrics::RpcHistogram,
     config: DirectoryConfig,
     kick: Notify,
 }
@@ -635,6 +637,7 @@ impl Directory {
             hosts: RwLock::new(HostInterner::default()),
             counters: Counters::default(),
             rounds: Default::default(),
+            rpcs: Default::default(),
             config,
             kick: Notify::new(),
         });
@@ -653,6 +656,11 @@ impl Directory {
     /// The counters, with the number of partitions recovering right now.
     pub fn counters(&self) -> DirectoryCounters {
         self.inner.counters()
+    }
+
+    /// How long this host's directory RPCs to remote owners took, by RPC and outcome.
+    pub fn rpc_histogram(&self) -> crate::metrics::RpcHistogram {
+        self.inner.rpcs.clone()
     }
 
     /// How long this host's collection rounds took, by outcome (`/metrics`).

@@ -332,6 +332,7 @@ impl Host {
                 let histograms = cell.get().map(|c| crate::metrics::ClusterHistograms {
                     renewals: c.membership.renewal_histogram(),
                     collection_rounds: c.directory.collection_histogram(),
+                    directory_rpcs: c.directory.rpc_histogram(),
                 });
                 render_metrics(&runtime, &state2, status, histograms.as_ref())
             }));
