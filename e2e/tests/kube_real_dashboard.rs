@@ -14,14 +14,13 @@
 mod sdk_support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use sdk_support::{Proc, Scratch, bin, counter_app, free_port};
+use sdk_support::kube_host::{self, KubeHost, KubeHostSpec, start_kube_host};
+use sdk_support::{Proc, Scratch, bin, free_port};
 use serde_json::{Value, json};
 use sigx_crds::ActorCluster;
 use sigx_e2e::controlplane::{self, ControlPlane};
@@ -30,76 +29,27 @@ const NS: &str = "apps";
 /// Distinct actors called; where each activates is placement's choice.
 const ACTORS: usize = 9;
 
-struct Host {
-    sidecar: Proc,
-    _app: Proc,
-    socket: PathBuf,
-    health_port: u16,
-}
-
-/// A never-scheduled Pod for `name` (the Lease's owner), retried until the namespace's default
-/// ServiceAccount exists; its uid.
-async fn pod_object(client: &kube::Client, name: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "ghcr.io/sigx/counter-app:0.1.0"}]}
-    }))
-    .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(p) => return p.uid().unwrap(),
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                eprintln!("pod {name} not created yet: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("create pod {name}: {e}"),
-        }
-    }
-}
+type Host = KubeHost;
 
 fn host(scratch: &Scratch, config: &Path, name: &str, uid: &str, node: &str) -> Host {
-    let socket = scratch.path(&format!("{name}.sock"));
-    let health_port = free_port();
-    let mesh = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(bin("sigx-sidecar"));
-    cmd.args(["--socket", socket.to_str().unwrap()])
-        .args(["--health-addr", &format!("0.0.0.0:{health_port}")])
-        .args(["--mesh-addr", &mesh, "--advertise", &mesh])
-        .args(["--beat-ms", "500", "--ttl-ms", "3000"])
-        .env("SIGX_MEMBERSHIP", "kubernetes")
-        .env("SIGX_INSECURE", "true")
-        .env("SIGX_CLUSTER", "demo")
-        .env("SIGX_ROLE", "engine")
-        .env("POD_NAME", name)
-        .env("POD_NAMESPACE", NS)
-        .env("POD_UID", uid)
-        .env("NODE_NAME", node)
-        .env("KUBECONFIG", config)
-        .env("RUST_LOG", "info")
-        .env_remove("KUBERNETES_SERVICE_HOST");
-    let sidecar = Proc::spawn(cmd, scratch.path(&format!("{name}-sidecar.log")));
-    for _ in 0..400 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let app = counter_app(scratch, &socket, &[]);
-    let health: SocketAddr = ([127, 0, 0, 1], health_port).into();
-    for _ in 0..800 {
-        if sigx_e2e::probe::http_status(health, "/readyz") == 200 {
-            return Host {
-                sidecar,
-                _app: app,
-                socket,
-                health_port,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("{name} not ready; its log:\n{}", sidecar.log_text());
+    start_kube_host(
+        scratch,
+        config,
+        KubeHostSpec {
+            namespace: NS,
+            pod: name,
+            uid,
+            node,
+            zone: None,
+            beat_ms: 500,
+            ttl_ms: 3000,
+            health_on_any: true,
+        },
+    )
+}
+
+async fn pod_object(client: &kube::Client, name: &str) -> String {
+    kube_host::pod_object(client, NS, name).await
 }
 
 /// `GET /api/fleet` of the dashboard at `addr`, as JSON (`None` while it does not answer).
@@ -275,7 +225,7 @@ async fn the_dashboard_reads_a_cluster_from_its_leases_and_scrapes_every_host() 
         // The wildcard bind is published under the advertise host, with the bound port.
         assert_eq!(
             r["source"],
-            json!(format!("http://127.0.0.1:{}/metrics", h.health_port)),
+            json!(format!("http://127.0.0.1:{}/metrics", h.health.port())),
             "{r:#}"
         );
         assert!(r["counters"]["turns"].as_u64().unwrap() >= 1, "{r:#}");

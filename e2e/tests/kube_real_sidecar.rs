@@ -11,16 +11,15 @@
 
 mod sdk_support;
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use sdk_support::{Proc, Scratch, bin, counter_app, free_port};
+use kube::api::{Api, DeleteParams, ListParams};
+use sdk_support::Scratch;
+use sdk_support::kube_host::{self, KubeHost, KubeHostSpec, start_kube_host};
 use sigx_e2e::controlplane::{self, ControlPlane};
 
 const NS: &str = "apps";
@@ -28,82 +27,27 @@ const BEAT_MS: u64 = 500;
 const TTL_MS: u64 = 3000;
 const SELECTOR: &str = "actors.sigx.dev/cluster=demo";
 
-struct Host {
-    sidecar: Proc,
-    _app: Proc,
-    socket: PathBuf,
-    health: SocketAddr,
-}
-
-/// A Pod object for `name` (never scheduled); its uid, which the sidecar puts in its Lease's
-/// owner reference. Retries while the namespace's default ServiceAccount does not exist yet
-/// (the real ServiceAccount admission refuses Pods until the controller creates it).
-async fn pod_object(client: &kube::Client, name: &str) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "ghcr.io/sigx/counter-app:0.1.0"}]}
-    }))
-    .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match pods.create(&PostParams::default(), &pod).await {
-            Ok(p) => return p.uid().unwrap(),
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                eprintln!("pod {name} not created yet: {e}");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => panic!("create pod {name}: {e}"),
-        }
-    }
-}
+type Host = KubeHost;
 
 fn host(scratch: &Scratch, config: &Path, name: &str, uid: &str) -> Host {
-    let socket = scratch.path(&format!("{name}.sock"));
-    let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let mesh = format!("127.0.0.1:{}", free_port());
-    let mut cmd = Command::new(bin("sigx-sidecar"));
-    cmd.args(["--socket", socket.to_str().unwrap()])
-        .args(["--health-addr", &health.to_string()])
-        .args(["--mesh-addr", &mesh, "--advertise", &mesh])
-        .args([
-            "--beat-ms",
-            &BEAT_MS.to_string(),
-            "--ttl-ms",
-            &TTL_MS.to_string(),
-        ])
-        .env("SIGX_MEMBERSHIP", "kubernetes")
-        .env("SIGX_INSECURE", "true")
-        .env("SIGX_CLUSTER", "demo")
-        .env("SIGX_ROLE", "engine")
-        .env("POD_NAME", name)
-        .env("POD_NAMESPACE", NS)
-        .env("POD_UID", uid)
-        .env("NODE_NAME", "node-1")
-        .env("SIGX_ZONE", "zone-a")
-        .env("KUBECONFIG", config)
-        .env("RUST_LOG", "info")
-        .env_remove("KUBERNETES_SERVICE_HOST");
-    let sidecar = Proc::spawn(cmd, scratch.path(&format!("{name}-sidecar.log")));
-    for _ in 0..400 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let app = counter_app(scratch, &socket, &[]);
-    for _ in 0..800 {
-        if sigx_e2e::probe::http_status(health, "/readyz") == 200 {
-            return Host {
-                sidecar,
-                _app: app,
-                socket,
-                health,
-            };
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("{name} not ready; its log:\n{}", sidecar.log_text());
+    start_kube_host(
+        scratch,
+        config,
+        KubeHostSpec {
+            namespace: NS,
+            pod: name,
+            uid,
+            node: "node-1",
+            zone: Some("zone-a"),
+            beat_ms: BEAT_MS,
+            ttl_ms: TTL_MS,
+            health_on_any: false,
+        },
+    )
+}
+
+async fn pod_object(client: &kube::Client, name: &str) -> String {
+    kube_host::pod_object(client, NS, name).await
 }
 
 async fn leases(client: &kube::Client) -> Vec<Lease> {

@@ -9,11 +9,35 @@ mod sdk_support;
 use sdk_support::{Proc, Scratch, Sidecar, counter_app, free_port};
 use sigx_e2e::otelcol::{Collector, Span};
 use sigx_sdk::{ActorType, App, Client, Context, MemberFilter, WorkerType, proto as v1};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER_SPAN: &str = "00f067aa0ba902b7";
+
+/// The socket and the sidecar flags every host of these tests shares: SQLite membership in the
+/// scratch directory, one mesh secret, a 1 s beat.
+fn member_args(scratch: &Scratch, name: &str) -> (PathBuf, Vec<String>) {
+    let db = scratch.path("membership.db");
+    let secret = scratch.path("secret");
+    std::fs::write(&secret, "a-test-secret-that-is-not-empty").unwrap();
+    let socket = scratch.path(&format!("{name}.sock"));
+    let args = [
+        "--membership",
+        "sqlite",
+        "--sqlite-path",
+        db.to_str().unwrap(),
+        "--secret-file",
+        secret.to_str().unwrap(),
+        "--pod-name",
+        name,
+        "--beat-ms",
+        "1000",
+        "--ttl-ms",
+        "5000",
+    ];
+    (socket, args.map(String::from).to_vec())
+}
 
 /// One host: its sidecar (exporting to `endpoint`) and a counter app writing `trace_file`.
 fn host(
@@ -23,33 +47,16 @@ fn host(
     trace_file: &Path,
     workers_only: bool,
 ) -> (Sidecar, Proc) {
-    let db = scratch.path("membership.db");
-    let secret = scratch.path("secret");
-    std::fs::write(&secret, "a-test-secret-that-is-not-empty").unwrap();
-    let socket = scratch.path(&format!("{name}.sock"));
-    let (db, secret) = (db.to_str().unwrap(), secret.to_str().unwrap());
-    let mut args = vec![
-        "--membership",
-        "sqlite",
-        "--sqlite-path",
-        db,
-        "--secret-file",
-        secret,
-        "--pod-name",
-        name,
-        "--beat-ms",
-        "1000",
-        "--ttl-ms",
-        "5000",
-    ];
+    let (socket, mut args) = member_args(scratch, name);
     if let Some(endpoint) = endpoint {
-        args.extend_from_slice(&["--otlp-endpoint", endpoint]);
+        args.extend(["--otlp-endpoint".into(), endpoint.into()]);
     }
     // Host A registers only the Echo worker: a Counter can only be placed on host B, so the
     // call from A always crosses the mesh.
     if workers_only {
-        args.extend_from_slice(&["--workers", "Echo"]);
+        args.extend(["--workers".into(), "Echo".into()]);
     }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let sidecar = Sidecar::start_with(scratch, &socket, &args);
     let trace = trace_file.to_str().unwrap();
     let mut env = vec![("COUNTER_TRACE_FILE", trace)];
@@ -304,25 +311,7 @@ fn sdk_host(
     by_env: bool,
     app: App,
 ) -> (Sidecar, Client, sigx_sdk::ServeHandle) {
-    let db = scratch.path("membership.db");
-    let secret = scratch.path("secret");
-    std::fs::write(&secret, "a-test-secret-that-is-not-empty").unwrap();
-    let socket = scratch.path(&format!("{name}.sock"));
-    let (db, secret) = (db.to_str().unwrap(), secret.to_str().unwrap());
-    let mut args = vec![
-        "--membership",
-        "sqlite",
-        "--sqlite-path",
-        db,
-        "--secret-file",
-        secret,
-        "--pod-name",
-        name,
-        "--beat-ms",
-        "1000",
-        "--ttl-ms",
-        "5000",
-    ];
+    let (socket, mut args) = member_args(scratch, name);
     let mut env = vec![];
     if by_env {
         env.extend_from_slice(&[
@@ -331,8 +320,9 @@ fn sdk_host(
             ("OTEL_SERVICE_NAME", "sigx-by-env"),
         ]);
     } else {
-        args.extend_from_slice(&["--otlp-endpoint", endpoint]);
+        args.extend(["--otlp-endpoint".into(), endpoint.into()]);
     }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let sidecar = Sidecar::start_with_env(scratch, &socket, &args, &env);
     let client = Client::lazy(&socket).with_timeout(Duration::from_secs(10));
     let serving = app.spawn(&client);

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod dev_up;
+pub mod kube_host;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
