@@ -47,8 +47,9 @@ otelcol:
 
 ## test-lang: Python (pytest), Node.js (node --test) and Go (go test) programs using only their
 ## language's stock gRPC library, with default options, against the real sigx-sidecar binary
-## (found through SIGX_BIN_DIR). The tools install into .tools/ and sdk/ (install-lang-tools.sh).
-test-lang: build
+## (found through SIGX_BIN_DIR); the operator's metrics test also starts the test control plane.
+## The tools install into .tools/ and sdk/ (install-lang-tools.sh).
+test-lang: build controlplane
 	bash scripts/install-lang-tools.sh
 	$(MAKE) --no-print-directory test-python test-node test-go
 

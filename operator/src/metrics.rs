@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 /// Which controller a sample belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -51,9 +51,11 @@ impl Metrics {
             "Reconciliations that failed",
             failures.clone(),
         );
-        registry.register(
-            "reconcile_duration_seconds",
+        // With its unit, as OpenMetrics wants: `# UNIT ... seconds`, the name ending `_seconds`.
+        registry.register_with_unit(
+            "reconcile_duration",
             "Time spent in one reconciliation",
+            Unit::Seconds,
             duration.clone(),
         );
         registry.register(
