@@ -33,3 +33,4 @@ def test_a_locality_preference_travels_on_the_call(sidecar: Sidecar) -> None:
         assert e.value.name == "invalid" and "locality 9" in e.value.message, e.value
 
     run(main())
+

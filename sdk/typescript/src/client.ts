@@ -104,6 +104,29 @@ export class Client implements ReminderApi, TimerApi {
     return decode(res.payload);
   }
 
+  /**
+   * Where the stateful actor `type`/`key` is active (`active`, `hostId`, `activationId`; `epoch`,
+   * a decimal string, only when this sidecar's host runs it). Activates nothing.
+   */
+  async locate(type: string, key: string, options: CallOptions = {}): Promise<ActorLocation> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const r = await this.unary('Locate', { actor: { actorType: type, key }, timeoutMs }, timeoutMs, options.signal);
+    return { active: Boolean(r.active), hostId: String(r.hostId ?? ''), activationId: String(r.activationId ?? ''), epoch: String(r.epoch ?? '0') };
+  }
+
+  /**
+   * One page of the live activations of `type` across the fleet, from the directory owners:
+   * pass each page's `nextPageToken` back until it is empty, and check `incomplete` (partitions
+   * whose owner did not answer are in `skipped`).
+   */
+  async listActors(type: string, page: ListActorsPage = {}, options: CallOptions = {}): Promise<Raw> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    return this.unary('ListActors', {
+      actorType: type, pageSize: page.pageSize ?? 0, pageToken: page.pageToken ?? '',
+      withReminders: page.withReminders ?? false, timeoutMs,
+    }, timeoutMs, options.signal);
+  }
+
   /** The membership view now, active hosts by default. */
   async members(filter?: MembersFilter, options: CallOptions = {}): Promise<MembersView> {
     return view(await this.unary('Members', membersRequest(filter), options.timeoutMs ?? 5_000, options.signal));
@@ -217,4 +240,20 @@ function wireLocality(locality: CallOptions['locality']): string | number {
     throw new TypeError(`locality ${JSON.stringify(name)} is not one of 'ANY', 'SAME_NODE' or 'SAME_ZONE'`);
   }
   return `LOCALITY_${name}`;
+}
+
+/** Where an actor is active (`Client.locate`). */
+export interface ActorLocation {
+  active: boolean;
+  hostId: string;
+  activationId: string;
+  /** The activation's state epoch as a decimal string; "0" when another host runs it. */
+  epoch: string;
+}
+
+/** Which page of `Client.listActors`: size 1..=1000 (0 = 100), the previous page's token. */
+export interface ListActorsPage {
+  pageSize?: number;
+  pageToken?: string;
+  withReminders?: boolean;
 }

@@ -7,7 +7,7 @@ export type {
 export { defineActorApp, Backoff } from './app.js';
 export type { ActorApp, AppSpec, ServeOptions } from './app.js';
 export { Client, defaultTarget } from './client.js';
-export type { HostDescriptor, MembersFilter, MembersView } from './client.js';
+export type { ActorLocation, HostDescriptor, ListActorsPage, MembersFilter, MembersView } from './client.js';
 export { Dispatcher, systemClock } from './dispatcher.js';
 export type { Clock, WireResult, WireTurn } from './dispatcher.js';
 export { Storage } from './storage.js';

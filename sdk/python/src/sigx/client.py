@@ -135,6 +135,43 @@ class Client:
             raise from_rpc_error(e, self.socket) from None
         return bytes(response.payload)
 
+    async def locate(self, actor_type: str, key: str, *, timeout: float | None = None) -> app_pb2.LocateResponse:
+        """Where the stateful actor `actor_type`/`key` is active (`active`, `host_id`,
+        `activation_id`; `epoch` only when this sidecar's host runs it). Activates nothing."""
+        timeout_ms, grpc_timeout = self._deadline(timeout)
+        request = app_pb2.LocateRequest(
+            actor=types_pb2.ActorRef(actor_type=actor_type, key=key), timeout_ms=timeout_ms
+        )
+        try:
+            return await self._stub.Locate(request, timeout=grpc_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+
+    async def list_actors(
+        self,
+        actor_type: str,
+        *,
+        page_size: int = 0,
+        page_token: str = "",
+        with_reminders: bool = False,
+        timeout: float | None = None,
+    ) -> app_pb2.ListActorsResponse:
+        """One page of the live activations of `actor_type` across the fleet, from the
+        directory owners: pass each page's `next_page_token` until it is empty, and check
+        `incomplete` (partitions whose owner did not answer are in `skipped`)."""
+        timeout_ms, grpc_timeout = self._deadline(timeout)
+        request = app_pb2.ListActorsRequest(
+            actor_type=actor_type,
+            page_size=page_size,
+            page_token=page_token,
+            timeout_ms=timeout_ms,
+            with_reminders=with_reminders,
+        )
+        try:
+            return await self._stub.ListActors(request, timeout=grpc_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, self.socket) from None
+
     async def members(self, *, status: app_pb2.MemberStatusFilter = ACTIVE, registers: str = "") -> Members:
         """The current membership view (active hosts by default; `status=sigx.ANY` for all)."""
         try:
