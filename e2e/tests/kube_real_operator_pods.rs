@@ -8,6 +8,8 @@
 //! - the pods the API server admits carry the `/drain` preStop hook and no fixed UID;
 //! - a template whose ports collide with the sidecar's, or with `hostNetwork`, is refused as a
 //!   Stalled condition naming the reason;
+//! - a Deployment sigx did not make, with a role's name, is never taken over: the role stalls
+//!   `NotOwned` naming it, and renders once the foreign object is gone;
 //! - a pod bound to a node gets the node's zone label from the API server's PodTopologyLabels
 //!   admission, and the sidecar's `SIGX_ZONE` resolves to it (locality's `meta.zone`).
 //!
@@ -288,4 +290,68 @@ async fn a_bound_pod_carries_its_nodes_zone_to_the_sidecar(client: &kube::Client
 async fn a_pod_bound_to_a_node_gets_the_nodes_zone_for_its_sidecar() {
     let (_cp, client, _operator) = start_in_ops().await;
     a_bound_pod_carries_its_nodes_zone_to_the_sidecar(&client).await;
+}
+
+/// A Deployment someone else made, named like a role (a role's Deployment is the role's own
+/// name): the operator must not apply over it (its pods, image and replicas would be replaced).
+async fn a_foreign_deployment_is_refused_not_adopted(client: &kube::Client) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let ns = Ns::create(client, "foreign", json!({})).await;
+    let foreign: Deployment = ns
+        .create_json(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "engine", "labels": {"app": "legacy"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "legacy"}},
+                "template": {"metadata": {"labels": {"app": "legacy"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}))
+        .await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("engine", 1, json!({})).await;
+    let stalled = eventually("the role to stall NotOwned", || async {
+        ns.role_condition("engine", "Stalled")
+            .await
+            .filter(|c| c.status == "True" && c.reason == "NotOwned")
+    })
+    .await;
+    assert!(
+        stalled.message.contains("Deployment foreign/engine")
+            && stalled.message.contains("not managed by sigx"),
+        "{stalled:?}"
+    );
+    let now: Deployment = ns.get("engine").await.unwrap();
+    assert_eq!(
+        now.metadata.uid, foreign.metadata.uid,
+        "the same object, untouched"
+    );
+    let spec = &now.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let containers = &spec.template.spec.as_ref().unwrap().containers;
+    assert_eq!(
+        containers
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>(),
+        ["web"],
+        "no sigx container was applied onto it"
+    );
+    assert!(!now.labels().contains_key("app.kubernetes.io/managed-by"));
+    // Its owner removes it: the role renders its own.
+    ns.api::<Deployment>()
+        .delete("engine", &Default::default())
+        .await
+        .unwrap();
+    eventually("the role's own Deployment", || async {
+        ns.get::<Deployment>("engine").await.filter(|d| {
+            d.labels()
+                .get("app.kubernetes.io/managed-by")
+                .map(String::as_str)
+                == Some("sigx-operator")
+        })
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_deployment_with_the_roles_name_is_not_taken_over() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_foreign_deployment_is_refused_not_adopted(&client).await;
 }

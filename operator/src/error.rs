@@ -15,6 +15,15 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    /// An object the operator would render already exists and sigx did not make it (no
+    /// `app.kubernetes.io/managed-by: sigx-operator`), and another field manager owns fields
+    /// the operator sets: taking it over could break whoever runs it.
+    #[error(
+        "{object} already exists and is not managed by sigx (its fields belong to {managers}; it \
+         has no app.kubernetes.io/managed-by: sigx-operator label): sigx will not take it over. \
+         Rename the ActorRole or ActorCluster, or delete that object if it is a leftover"
+    )]
+    NotOurs { object: String, managers: String },
     /// A desired object could not be rendered from the spec.
     #[error("rendering the objects of {object} failed: {source}")]
     Render {
@@ -37,6 +46,7 @@ impl ReconcileError {
             } if matches!(s.code, 400 | 403 | 422) => {
                 Some(format!("{object} ({} {}): {}", s.code, s.reason, s.message))
             }
+            Self::NotOurs { .. } => Some(self.to_string()),
             _ => None,
         }
     }

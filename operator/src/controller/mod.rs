@@ -58,7 +58,10 @@ pub struct Context {
 }
 
 impl Context {
-    /// Server-side applies `obj` (force: the operator owns what it renders).
+    /// Server-side applies `obj`. Without force first: a conflict means another field manager
+    /// set fields the operator renders. An object sigx made (managed-by label) is then taken
+    /// back by force (a `kubectl scale`, an older operator's field manager); one sigx did not
+    /// make is refused as [`ReconcileError::NotOurs`], never adopted.
     pub(crate) async fn apply<K>(&self, namespace: &str, obj: &K) -> Result<K, ReconcileError>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -70,6 +73,39 @@ impl Context {
         let name = obj.name_any();
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("{} {namespace}/{name}", K::kind(&()));
+        match api
+            .patch(
+                &name,
+                &PatchParams::apply(&self.field_manager),
+                &Patch::Apply(obj),
+            )
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            done => return done.map_err(ReconcileError::kube("applying", what)),
+        }
+        let live = api
+            .get_opt(&name)
+            .await
+            .map_err(ReconcileError::kube("reading", what.clone()))?;
+        if let Some(live) = live.filter(|l| !made_by_sigx(l.meta())) {
+            let managers: Vec<String> = live
+                .meta()
+                .managed_fields
+                .iter()
+                .flatten()
+                .filter_map(|m| m.manager.clone())
+                .filter(|m| *m != self.field_manager)
+                .collect();
+            return Err(ReconcileError::NotOurs {
+                object: what,
+                managers: if managers.is_empty() {
+                    "another manager".to_owned()
+                } else {
+                    managers.join(", ")
+                },
+            });
+        }
         api.patch(
             &name,
             &PatchParams::apply(&self.field_manager).force(),
@@ -297,4 +333,12 @@ pub(crate) async fn track_leases(
             }
         }
     }
+}
+
+/// Whether sigx made the object: it carries `app.kubernetes.io/managed-by: sigx-operator`.
+fn made_by_sigx(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(crate::render::names::MANAGED_BY))
+        .is_some_and(|v| v == sigx_crds::labels::MANAGED_BY_VALUE)
 }

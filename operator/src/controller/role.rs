@@ -224,13 +224,16 @@ async fn refused(
     let Some(what) = error.refusal() else {
         return error;
     };
-    let message = format!("the API server refused {what}");
-    problem(ctx, role, "ApplyRejected", message.clone()).await;
+    let (reason, message) = match &error {
+        ReconcileError::NotOurs { .. } => ("NotOwned", what),
+        _ => ("ApplyRejected", format!("the API server refused {what}")),
+    };
+    problem(ctx, role, reason, message.clone()).await;
     let status = role_status(
         role,
         observed,
         previous.selector.clone(),
-        Some(("ApplyRejected", message)),
+        Some((reason, message)),
         now,
     );
     let (namespace, name) = (role.namespace().unwrap_or_default(), role.name_any());
