@@ -103,12 +103,12 @@ async fn rolling_restart_kill_9_and_sigstop_on_postgres_membership_keep_the_ledg
     let fenced = report.failed_by_kind.get("fenced").copied().unwrap_or(0);
     assert_eq!(report.failed(), fenced, "{}", report.render());
     assert!(fenced <= 8, "{}", report.render());
+    // Ambiguous answers are the calls in flight on the killed or suspended pod: `outcome
+    // unknown` when the connection died under them, `timeout` when the suspension outlasted
+    // their deadline (a CI run saw one at the 2 s lease: 6 s suspended). Both say the write may
+    // have happened; the ledger above judges that they did not lose or double anything.
+    let ambiguous = [ErrorKind::OutcomeUnknown, ErrorKind::Timeout].map(|k| k.to_string());
     for kind in report.ambiguous_by_kind.keys() {
-        assert_eq!(
-            kind,
-            &ErrorKind::OutcomeUnknown.to_string(),
-            "{}",
-            report.render()
-        );
+        assert!(ambiguous.contains(kind), "{kind}: {}", report.render());
     }
 }
