@@ -49,6 +49,7 @@ fn rate(policy: Policy, hosts: usize, min: Duration) -> f64 {
                 "engine-0000-a1b2c3",
                 Some(&rng),
                 Some(&board),
+                sigx_sidecar::placement::Locality::Any,
             )
             .expect("placeable");
             black_box(h);

@@ -64,10 +64,11 @@ pub fn choose<'v>(
     actor_type: &str,
     self_id: &str,
 ) -> Result<&'v HostDescriptor, ActorError> {
-    choose_with(policy, view, actor_type, self_id, None, None)
+    choose_with(policy, view, actor_type, self_id, None, None, Locality::Any)
 }
 
-/// [`choose`] drawing the policy's randomness from `rng` when given, and loads from `loads`.
+/// [`choose`] drawing the policy's randomness from `rng` when given, loads from `loads`, and
+/// among the eligible hosts the caller's `locality` keeps (relative to `self_id`'s descriptor).
 pub fn choose_with<'v>(
     policy: Policy,
     view: &'v MembershipView,
@@ -75,8 +76,9 @@ pub fn choose_with<'v>(
     self_id: &str,
     rng: Option<&PlacementRng>,
     loads: Option<&crate::membership::LoadBoard>,
+    locality: Locality,
 ) -> Result<&'v HostDescriptor, ActorError> {
-    let candidates = eligible(view, actor_type);
+    let candidates = locality.narrow(eligible(view, actor_type), view.get(self_id));
     policy
         .pick_with(&candidates, self_id, rng, loads)
         .ok_or_else(|| unplaceable(view, actor_type))

@@ -7,7 +7,7 @@
 //! delays calls but fails none. A call whose connection died in flight is `outcome-unknown` and
 //! is never retried: only the caller knows whether its method is idempotent.
 
-use super::{Locality, PlacementRng, Policy, RouteCache, eligible};
+use super::{Locality, PlacementRng, Policy, RouteCache, choose_with, eligible};
 use crate::app::Dispatcher;
 use crate::health::HostState;
 use crate::membership::{LoadBoard, MemberFilter, MembershipHandle, MembershipView};
@@ -227,15 +227,15 @@ impl Router {
             .get(ty)
             .copied()
             .unwrap_or(self.cfg.policy);
-        let candidates = locality.narrow(eligible(view, ty), view.get(&self.me));
-        policy
-            .pick_with(
-                &candidates,
-                &self.me,
-                self.cfg.rng.as_ref(),
-                Some(&self.loads),
-            )
-            .ok_or_else(|| super::unplaceable(view, ty))
+        choose_with(
+            policy,
+            view,
+            ty,
+            &self.me,
+            self.cfg.rng.as_ref(),
+            Some(&self.loads),
+            locality,
+        )
     }
 
     async fn attempt(
