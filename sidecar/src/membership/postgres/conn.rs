@@ -50,9 +50,12 @@ impl Guard<'_> {
     }
 
     /// Maps a failed statement to `Unavailable`, dropping the connection unless the server
-    /// answered (a broken connection is never reused).
+    /// answered (a broken connection is never reused). The server's goodbye (SQLSTATE class
+    /// 57P: terminated by an administrator, a crash restart, an idle timeout) is an answer
+    /// that ends the session, so it drops the connection too.
     pub fn fail(&mut self, op: &'static str, e: tokio_postgres::Error) -> ProviderError {
-        if e.as_db_error().is_none() || e.is_closed() {
+        let goodbye = e.code().is_some_and(|c| c.code().starts_with("57P"));
+        if e.as_db_error().is_none() || e.is_closed() || goodbye {
             *self.guard = None;
         }
         unavailable(op, schema::describe(&e))

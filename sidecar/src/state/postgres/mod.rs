@@ -88,7 +88,7 @@ impl PostgresStateStore {
     }
 
     fn unavailable(&self, what: &str, e: &tokio_postgres::Error) -> StateError {
-        if e.is_closed() || e.as_db_error().is_none() {
+        if pool::ended_while_idle(e) || e.as_db_error().is_none() {
             // Every idle connection went with the server, most likely.
             self.pool.clear_idle();
         }
@@ -115,7 +115,7 @@ impl PostgresStateStore {
         // and that connection must be closed, not handed to the next caller inside it.
         c.in_tx = true;
         if let Err(e) = c.client.batch_execute(begin).await {
-            if !(c.reused && e.is_closed()) {
+            if !(c.reused && pool::ended_while_idle(&e)) {
                 return Err(self.unavailable("cannot start a transaction", &e));
             }
             self.pool.clear_idle();
@@ -197,7 +197,7 @@ impl StateStore for PostgresStateStore {
                 Ok(row) => row,
                 // A connection that died while idle: retrying at worst skips an epoch number,
                 // and epochs need only increase.
-                Err(e) if c.reused && e.is_closed() => {
+                Err(e) if c.reused && pool::ended_while_idle(&e) => {
                     self.pool.clear_idle();
                     self.pool
                         .replace(&mut c)

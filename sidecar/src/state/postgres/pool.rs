@@ -57,6 +57,24 @@ impl Drop for Pooled {
     }
 }
 
+/// Whether `e`, met on the first statement sent on a reused connection, says the server ended
+/// that session while it sat idle, so the statement did not run: the socket is closed, or the
+/// server's goodbye arrived in its place. An administrator's `pg_terminate_backend`, a crash
+/// restart or `idle_session_timeout` send that goodbye asynchronously: a statement sent before
+/// it arrives is answered with it (SQLSTATE class 57P) rather than seeing a closed socket.
+pub(super) fn ended_while_idle(e: &tokio_postgres::Error) -> bool {
+    use tokio_postgres::error::SqlState;
+    e.is_closed()
+        || e.code().is_some_and(|c| {
+            [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::IDLE_SESSION_TIMEOUT,
+            ]
+            .contains(c)
+        })
+}
+
 /// The pool.
 pub(super) struct Pool {
     config: Config,
