@@ -342,9 +342,16 @@ async fn broken_variant_a_dropped_change_fails_the_order_check() {
         Fault::DropsAChange,
     )
     .await;
+    // Which check sees the drop first depends on how the writes fell into batches: a batch
+    // whose only change was dropped comes back empty with a moved cursor.
     says(
         &msg,
-        &["has a gap", "cursor of batch", "not every change once"],
+        &[
+            "has a gap",
+            "cursor of batch",
+            "not every change once",
+            "an empty batch moved the cursor",
+        ],
     );
 }
 

@@ -81,6 +81,21 @@ async fn wait_ids(h: &MembershipHandle, want: &[&str], within: Duration) -> Inst
     Instant::now()
 }
 
+/// Waits until `h` sees exactly `want` as its active hosts. A host's record can reach a peer
+/// before its `Active` update does, so "listed" is not yet "active".
+async fn wait_active(h: &MembershipHandle, want: &[&str], within: Duration) {
+    let w: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    h.wait_for_view(within, move |v| v.active_stateful_ids().iter().eq(w.iter()))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} sees {:?} active, wanted {want:?}",
+                h.self_id(),
+                h.view().active_stateful_ids()
+            )
+        });
+}
+
 async fn fenced_within(h: &MembershipHandle, within: Duration) -> FenceReason {
     let mut fenced = h.fenced_signal();
     tokio::time::timeout(within, fenced.wait_for(|r| r.is_some()))
@@ -113,11 +128,11 @@ async fn hosts_see_each_other_a_silent_one_is_expired_by_a_fresh_read_and_a_leav
     let b = host_on(pb, "b").await;
     let c = host_on(pc, "c").await;
     for h in [&a, &b, &c] {
-        wait_ids(h, &["a", "b", "c"], Duration::from_secs(2)).await;
+        wait_active(h, &["a", "b", "c"], Duration::from_secs(5)).await;
     }
     assert_eq!(a.view().fingerprint(), c.view().fingerprint());
     c.leave().await.unwrap();
-    wait_ids(&a, &["a", "b"], Duration::from_secs(1)).await;
+    wait_ids(&a, &["a", "b"], Duration::from_secs(3)).await;
     assert_eq!(
         a.counters().expiries_observed,
         0,
@@ -333,5 +348,5 @@ async fn a_write_wakes_the_other_host_through_notify_also_after_the_listener_is_
     );
     // The handles' views followed too: b leaves, a sees it at once.
     b.leave().await.unwrap();
-    wait_ids(&a, &["a", "w"], Duration::from_secs(1)).await;
+    wait_ids(&a, &["a", "w"], Duration::from_secs(3)).await;
 }
