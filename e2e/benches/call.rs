@@ -8,6 +8,9 @@
 //! * cross host, traced: the same with OTLP export on at 100 % to a real collector (when
 //!   `make otelcol` built it), every call carrying a sampled `traceparent`.
 //!
+//! * trace off: the trace module's work on one untraced cross-host call with export off (the
+//!   calls the call path makes), timed in a loop, as a share of the cross-host median.
+//!
 //! Run: `make bench` (or `cargo bench -p sigx-e2e --bench call`). Figures are ratios against the
 //! baseline of the same run, because machines are noisy.
 
@@ -17,6 +20,7 @@ use sigx_proto::v1::actor_host_server::{ActorHost, ActorHostServer};
 use sigx_sdk::{ActorType, App, Client, Context, WorkerType};
 use sigx_sidecar::host::{Host, HostOptions, StopKind};
 use sigx_sidecar::membership::MemoryHub;
+use sigx_sidecar::runtime::ActorId;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -478,6 +482,61 @@ async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Fi
     figures
 }
 
+/// One untraced cross-host call's worth of the trace module's work with export off, as the
+/// call path does it (app API, router, mesh delivery, inbound, turn, the turn's message to the
+/// app): one metadata look-up, three `enabled` checks, two `child_of_current`, three `step`s,
+/// one `current` and five `traced(None)` wrappers. With `eager`, the two spans' attributes are
+/// built before the call as the code did before `child_of_current` took them lazily, so the
+/// same run shows what that change saved.
+async fn trace_off_once(md: &tonic::metadata::MetadataMap, actor: &ActorId, eager: bool) {
+    use opentelemetry::trace::SpanKind;
+    use sigx_sidecar::trace;
+    use std::hint::black_box;
+    let ok = || async { Ok::<_, sigx_proto::ActorError>(()) };
+    let attrs = |method| {
+        let early = eager.then(|| trace::actor_attrs(black_box(actor), method));
+        move || early.unwrap_or_else(|| trace::actor_attrs(actor, method))
+    };
+    let parent = trace::extract_metadata(black_box(md));
+    black_box(parent.is_some() || trace::enabled());
+    let _ = trace::traced(None, ok()).await;
+    let cx = trace::child_of_current("sigx.mesh.deliver", SpanKind::Client, attrs("echo"));
+    black_box(cx.as_ref().and_then(trace::inject));
+    let _ = trace::traced(cx, ok()).await;
+    for _ in 0..3 {
+        black_box(trace::step("sigx.route", SpanKind::Internal, || {
+            trace::actor_only_attrs(actor)
+        }));
+    }
+    let _ = trace::traced(None, ok()).await;
+    black_box(trace::enabled());
+    let _ = trace::traced(None, ok()).await;
+    black_box(trace::enabled());
+    let cx = trace::child_of_current("sigx.turn", SpanKind::Internal, attrs("echo"));
+    black_box(trace::current());
+    let _ = trace::traced(cx, ok()).await;
+}
+
+/// Nanoseconds per call of [`trace_off_once`], over many repetitions, with metadata like an SDK
+/// call's (no `traceparent`).
+async fn trace_off_ns(eager: bool) -> f64 {
+    const N: u32 = 200_000;
+    let mut md = tonic::metadata::MetadataMap::new();
+    md.insert("content-type", "application/grpc".parse().unwrap());
+    md.insert("te", "trailers".parse().unwrap());
+    md.insert("user-agent", "tonic/0.14".parse().unwrap());
+    md.insert("grpc-timeout", "30000m".parse().unwrap());
+    let actor = ActorId::new("Bench", "k17");
+    for _ in 0..N / 10 {
+        trace_off_once(&md, &actor, eager).await;
+    }
+    let t0 = Instant::now();
+    for _ in 0..N {
+        trace_off_once(&md, &actor, eager).await;
+    }
+    t0.elapsed().as_nanos() as f64 / f64::from(N)
+}
+
 trait Stop {
     async fn host_stop(self);
 }
@@ -524,6 +583,17 @@ fn main() {
         if only.is_empty() || only == "cross" {
             let (base, sigx) = cross_host(dir.path(), None).await;
             row("cross-host", base, sigx);
+            // Tracing off (export off, an untraced call): what the trace module's work on the
+            // call path costs, against this run's cross-host median.
+            let p50_ns = sigx.p50_us * 1000.0;
+            let (off, eager) = (trace_off_ns(false).await, trace_off_ns(true).await);
+            println!(
+                "trace-off   | {off:.0} ns per call = {:.3} % of the cross-host p50 ({:.1} µs); \
+                 with eagerly built span attributes (before) {eager:.0} ns = {:.3} %",
+                100.0 * off / p50_ns,
+                sigx.p50_us,
+                100.0 * eager / p50_ns,
+            );
         }
         // Tracing on: export at 100 % to a real collector (e2e/otelcol, `make otelcol`), every
         // call carrying a sampled traceparent. Last, because export is turned on once per

@@ -267,14 +267,15 @@ pub fn child(
 }
 
 /// A child of the ambient context, or `None` when it carries no trace and export is off.
-/// With export on and no ambient trace, a new root (sampled by the ratio).
+/// With export on and no ambient trace, a new root (sampled by the ratio). `attrs` is built
+/// only when a span is made: with export off they would be dropped unread.
 pub fn child_of_current(
     name: &'static str,
     kind: SpanKind,
-    attrs: Vec<KeyValue>,
+    attrs: impl FnOnce() -> Vec<KeyValue>,
 ) -> Option<Context> {
     let cx = Context::current();
-    (enabled() || cx.span().span_context().is_valid()).then(|| child(&cx, name, kind, attrs))
+    (enabled() || cx.span().span_context().is_valid()).then(|| child(&cx, name, kind, attrs()))
 }
 
 /// A span for one inner step of a traced call (routing, a directory look-up or claim, a state

@@ -285,7 +285,7 @@ impl Router {
         let cx = crate::trace::child_of_current(
             "sigx.mesh.deliver",
             opentelemetry::trace::SpanKind::Client,
-            {
+            || {
                 let mut attrs = crate::trace::actor_attrs(actor, &req.method);
                 attrs.push(opentelemetry::KeyValue::new(
                     "sigx.peer",

@@ -155,7 +155,7 @@ impl Activation {
         let activate_span = crate::trace::child_of_current(
             "sigx.activate",
             opentelemetry::trace::SpanKind::Internal,
-            crate::trace::actor_attrs(&actor, "<activate>"),
+            || crate::trace::actor_attrs(&actor, "<activate>"),
         );
         tokio::spawn(async move {
             let _lifecycle = lifecycle;

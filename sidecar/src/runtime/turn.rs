@@ -63,7 +63,7 @@ impl Caller {
         let cx = crate::trace::child_of_current(
             "sigx.turn",
             opentelemetry::trace::SpanKind::Internal,
-            crate::trace::actor_attrs(actor, method),
+            || crate::trace::actor_attrs(actor, method),
         );
         crate::trace::traced(
             cx,
