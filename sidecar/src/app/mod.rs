@@ -7,8 +7,10 @@
 pub mod authority;
 pub mod deadline;
 pub mod enumerate;
+pub mod inflight;
 
 pub use enumerate::{local_epoch, refuse_worker};
+pub use inflight::CallsInFlight;
 
 use crate::runtime::{ActorId, AttachError, Registry, Runtime};
 use async_trait::async_trait;
@@ -111,19 +113,23 @@ pub struct AppService {
     runtime: Runtime,
     dispatcher: Arc<dyn Dispatcher>,
     default_timeout: Duration,
+    calls: Arc<CallsInFlight>,
 }
 
 impl AppService {
-    /// The service over `runtime`, sending calls to `dispatcher`.
+    /// The service over `runtime`, sending calls to `dispatcher`; its `Call`s and `DispatchOn`s
+    /// are counted in `calls` while they run (a graceful stop waits for them).
     pub fn new(
         runtime: Runtime,
         dispatcher: Arc<dyn Dispatcher>,
         default_timeout: Duration,
+        calls: Arc<CallsInFlight>,
     ) -> Self {
         AppService {
             runtime,
             dispatcher,
             default_timeout,
+            calls,
         }
     }
 
@@ -271,6 +277,7 @@ impl ActorHost for AppService {
         &self,
         request: Request<v1::CallRequest>,
     ) -> Result<Response<v1::CallResponse>, Status> {
+        let _in_flight = self.calls.enter();
         let deadline = self.deadline(&request, request.get_ref().timeout_ms);
         // The caller's W3C trace: standard metadata first, then the request's field.
         let parent = crate::trace::extract_metadata(request.metadata()).or_else(|| {
@@ -368,6 +375,7 @@ impl ActorHost for AppService {
         &self,
         request: Request<v1::DispatchOnRequest>,
     ) -> Result<Response<v1::CallResponse>, Status> {
+        let _in_flight = self.calls.enter();
         let deadline = self.deadline(&request, request.get_ref().timeout_ms);
         let req = request.into_inner();
         let worker = actor_of(req.worker.as_ref(), "worker")?;

@@ -17,7 +17,7 @@ pub mod local;
 mod reminders;
 pub mod turns;
 
-use crate::app::{AppService, Dispatcher};
+use crate::app::{AppService, CallsInFlight, Dispatcher};
 use crate::clock::SharedClock;
 use crate::config::{Config, MembershipKind};
 use crate::health::{self, HostState};
@@ -181,6 +181,8 @@ pub struct Host {
     reminders: crate::reminders::scheduler::Scheduler,
     listeners_down: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The app socket's calls in flight (a graceful stop lets them finish).
+    app_calls: Arc<CallsInFlight>,
 }
 
 impl Host {
@@ -311,7 +313,13 @@ impl Host {
             started_at_unix_ms,
         );
 
-        let app = AppService::new(runtime.clone(), dispatcher, cfg.call_timeout);
+        let app_calls = CallsInFlight::new();
+        let app = AppService::new(
+            runtime.clone(),
+            dispatcher,
+            cfg.call_timeout,
+            app_calls.clone(),
+        );
         tasks.push(tokio::spawn(serve_socket(
             socket,
             app,
@@ -405,6 +413,7 @@ impl Host {
             reminders,
             listeners_down: down_tx,
             tasks,
+            app_calls,
         })
     }
 
@@ -445,6 +454,8 @@ impl Host {
             _ => kind,
         };
         self.state.set_leaving();
+        // The calls made through the app socket so far: a graceful stop lets them finish.
+        let calls_mark = self.app_calls.mark();
         tracing::info!(step = "readiness-false", "stopping");
         let cluster = self.cluster.get();
         if let Some(c) = cluster {
@@ -490,6 +501,21 @@ impl Host {
                     "partitions handed over"
                 );
             }
+            // Calls made through the socket before the stop (routed to other hosts, or
+            // re-routed from the actors deactivated above) finish while this host is still a
+            // member its peers answer: cut off at the socket's close, a call is
+            // outcome-unknown to its caller although it may have run.
+            let t = Instant::now();
+            let open = self
+                .app_calls
+                .settled_before(calls_mark, drain_deadline)
+                .await;
+            tracing::info!(
+                step = "calls",
+                still_open = open,
+                ms = t.elapsed().as_millis() as u64,
+                "calls made through the app socket before the stop"
+            );
         }
         // Whether everything handed to the app was answered is judged *before* its stream ends:
         // an app whose stream ended drops what it still runs, which would make the host look
