@@ -95,7 +95,7 @@ async fn two_hosts(scratch: &Scratch, drain_ms: u64) -> Pair {
 /// SIGTERM to `a` (a graceful stop); answers how long it took to exit and its exit code.
 async fn terminate(mut sidecar: Sidecar) -> (Duration, Option<i32>) {
     tokio::task::spawn_blocking(move || {
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         let status = sidecar.proc.terminate(Duration::from_secs(30));
         (t.elapsed(), status.and_then(|s| s.code()))
     })
