@@ -355,3 +355,112 @@ async fn a_foreign_deployment_with_the_roles_name_is_not_taken_over() {
     let (_cp, client, _operator) = start_in_ops().await;
     a_foreign_deployment_is_refused_not_adopted(&client).await;
 }
+
+/// The cluster's condition `type_`, if the cluster `demo` has one.
+async fn cluster_condition(
+    ns: &Ns,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    ns.get::<sigx_crds::ActorCluster>("demo")
+        .await?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// A ServiceAccount someone else made with the name the cluster's sidecars run as
+/// (`<cluster>-sigx`): the operator must not apply over it, nor bind the Lease Role to it; the
+/// cluster says so in its status until the account is gone.
+async fn a_foreign_service_account_stalls_the_cluster(client: &kube::Client) {
+    let ns = Ns::create(client, "foreign-sa", json!({})).await;
+    let foreign: ServiceAccount = ns
+        .create_json(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "demo-sigx", "labels": {"team": "payments"},
+                "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/payments"}}}))
+        .await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let stalled = eventually("the cluster to stall NotOwned", || async {
+        cluster_condition(&ns, "Stalled")
+            .await
+            .filter(|c| c.status == "True" && c.reason == "NotOwned")
+    })
+    .await;
+    assert!(
+        stalled.message.contains("ServiceAccount foreign-sa/demo-sigx")
+            && stalled.message.contains("not managed by sigx")
+            // The manager that created it: the test's client (kube-rs' default agent).
+            && stalled.message.contains("its fields belong to "),
+        "{stalled:?}"
+    );
+    let ready = cluster_condition(&ns, "Ready").await.unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NotOwned")
+    );
+    assert_eq!(ready.message, stalled.message);
+    let warnings = eventually("a NotOwned Warning Event on the cluster", || async {
+        Some(ns.events_for("demo", "NotOwned").await).filter(|e| !e.is_empty())
+    })
+    .await;
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(warnings.len(), 1, "one Event, not one per retry");
+    let now: ServiceAccount = ns.get("demo-sigx").await.unwrap();
+    assert_eq!(now.metadata.uid, foreign.metadata.uid, "the same object");
+    assert_eq!(now.labels(), foreign.labels(), "its labels untouched");
+    assert!(
+        now.owner_references().is_empty(),
+        "no owner reference added"
+    );
+    assert_eq!(now.annotations(), foreign.annotations());
+    assert!(
+        ns.get::<RoleBinding>("demo-sigx-leases").await.is_none(),
+        "the Lease Role is not bound to someone else's account"
+    );
+    assert!(!may_renew_leases(client, "foreign-sa", "demo-sigx").await);
+
+    // Its owner removes it: the cluster renders its own and the stall clears.
+    ns.api::<ServiceAccount>()
+        .delete("demo-sigx", &Default::default())
+        .await
+        .unwrap();
+    eventually("the cluster to stop being stalled", || async {
+        cluster_condition(&ns, "Stalled")
+            .await
+            .filter(|c| c.status == "False")
+    })
+    .await;
+    let own: ServiceAccount = ns
+        .get("demo-sigx")
+        .await
+        .expect("the cluster's own account");
+    assert_eq!(
+        own.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("sigx-operator")
+    );
+    assert_eq!(own.owner_references()[0].kind, "ActorCluster");
+    let ready = cluster_condition(&ns, "Ready").await.unwrap();
+    // Without a kubelet no sidecar runs: what is left missing is a host, nothing of ours.
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NoActiveHosts"),
+        "{ready:?}"
+    );
+    eventually(
+        "the Lease Role bound to the cluster's own account",
+        || async {
+            may_renew_leases(client, "foreign-sa", "demo-sigx")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_service_account_with_the_clusters_name_is_not_taken_over() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_foreign_service_account_stalls_the_cluster(&client).await;
+}
