@@ -10,6 +10,9 @@
 //!   Stalled condition naming the reason;
 //! - a Deployment sigx did not make, with a role's name, is never taken over: the role stalls
 //!   `NotOwned` naming it, and renders once the foreign object is gone;
+//! - a role's `spec.sidecar.env` (RUST_LOG, OTEL_*) survives the CRD's schema and lands in the
+//!   sidecar container of the Deployment and of the pods admitted; a reserved name
+//!   (`SIGX_*`) stalls the role instead;
 //! - a pod bound to a node gets the node's zone label from the API server's PodTopologyLabels
 //!   admission, and the sidecar's `SIGX_ZONE` resolves to it (locality's `meta.zone`).
 //!
@@ -463,4 +466,82 @@ async fn a_foreign_service_account_stalls_the_cluster(client: &kube::Client) {
 async fn a_foreign_service_account_with_the_clusters_name_is_not_taken_over() {
     let (_cp, client, _operator) = start_in_ops().await;
     a_foreign_service_account_stalls_the_cluster(&client).await;
+}
+
+/// A role's extra sidecar environment, through the real API server (the CRD's schema prunes
+/// unknown fields) and the real ReplicaSet controller into the pods.
+async fn a_roles_sidecar_env_reaches_its_pods(client: &kube::Client) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let ns = Ns::create(client, "sidecar-env", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let env = json!([
+        {"name": "RUST_LOG", "value": "sigx_sidecar=debug"},
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector:4317"},
+    ]);
+    let role = ns
+        .role("engine", 1, json!({"sidecar": {"env": env.clone()}}))
+        .await;
+    assert_eq!(
+        serde_json::to_value(&role.spec.sidecar.as_ref().unwrap().env).unwrap(),
+        env,
+        "the API server kept spec.sidecar.env"
+    );
+    let sidecar_env = |spec: &k8s_openapi::api::core::v1::PodSpec| -> Vec<(String, String)> {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == "sigx-sidecar")
+            .and_then(|c| c.env.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.name == "RUST_LOG" || e.name.starts_with("OTEL_"))
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    };
+    let want = vec![
+        ("RUST_LOG".to_owned(), "sigx_sidecar=debug".to_owned()),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            "http://otel-collector:4317".to_owned(),
+        ),
+    ];
+    let deployment: Deployment =
+        eventually("the role's Deployment", || async { ns.get("engine").await }).await;
+    assert_eq!(
+        sidecar_env(deployment.spec.template.spec.as_ref().unwrap()),
+        want
+    );
+    let pods = eventually("a pod of engine admitted", || async {
+        Some(ns.pods_of("engine").await).filter(|p| !p.is_empty())
+    })
+    .await;
+    assert_eq!(sidecar_env(pods[0].spec.as_ref().unwrap()), want);
+    let app = &pods[0].spec.as_ref().unwrap().containers[0];
+    assert!(
+        app.env.iter().flatten().all(|e| e.name != "RUST_LOG"),
+        "only the sidecar gets it"
+    );
+
+    // A name the operator sets is refused, naming it; the role renders nothing.
+    ns.role(
+        "web",
+        1,
+        json!({"sidecar": {"env": [{"name": "SIGX_TTL_MS", "value": "1"}]}}),
+    )
+    .await;
+    let stalled = eventually("web to stall on the reserved name", || async {
+        ns.role_condition("web", "Stalled")
+            .await
+            .filter(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(stalled.reason, "InvalidSpec", "{stalled:?}");
+    assert!(stalled.message.contains("SIGX_TTL_MS"), "{stalled:?}");
+    assert!(ns.get::<Deployment>("web").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roles_sidecar_env_lands_in_its_deployment_and_pods() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_roles_sidecar_env_reaches_its_pods(&client).await;
 }

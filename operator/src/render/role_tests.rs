@@ -556,3 +556,57 @@ fn no_per_type_placement_renders_no_variable() {
         "the sidecar's default (on) applies"
     );
 }
+
+fn engine_with_sidecar_env(env: serde_json::Value) -> ActorRole {
+    let mut role = fixtures::engine_role();
+    role.spec.sidecar = Some(serde_json::from_value(json!({ "env": env })).unwrap());
+    role
+}
+
+#[test]
+fn a_roles_sidecar_env_follows_the_operators_and_reserved_names_are_refused() {
+    let role = engine_with_sidecar_env(json!([
+        {"name": "RUST_LOG", "value": "sigx=debug"},
+        {"name": "OTEL_EXPORTER_OTLP_HEADERS",
+            "valueFrom": {"secretKeyRef": {"name": "otel", "key": "headers"}}},
+    ]));
+    let d = deployment(&fixtures::default_cluster(), &role).unwrap();
+    let sidecar = the_sidecar(&d);
+    assert_eq!(env_value(sidecar, "RUST_LOG"), Some("sigx=debug"));
+    let from = env(sidecar, "OTEL_EXPORTER_OTLP_HEADERS").unwrap();
+    assert_eq!(
+        from.value_from
+            .as_ref()
+            .unwrap()
+            .secret_key_ref
+            .as_ref()
+            .unwrap()
+            .name,
+        "otel"
+    );
+    let names: Vec<&str> = sidecar
+        .env
+        .iter()
+        .flatten()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(
+        names[names.len() - 2..],
+        ["RUST_LOG", "OTEL_EXPORTER_OTLP_HEADERS"]
+    );
+    let app = &pod_spec(&d).containers[0];
+    assert!(
+        env(app, "RUST_LOG").is_none(),
+        "the app container is the template's"
+    );
+
+    for reserved in ["SIGX_CLUSTER", "SIGX_ANYTHING", "POD_NAME", "NODE_NAME"] {
+        let role = engine_with_sidecar_env(json!([{"name": reserved, "value": "x"}]));
+        let e = deployment(&fixtures::default_cluster(), &role).unwrap_err();
+        assert!(
+            matches!(&e, crate::render::RenderError::ReservedEnv { name, .. } if name == reserved),
+            "{e}"
+        );
+        assert_eq!(e.reason(), "InvalidSpec");
+    }
+}
