@@ -4,7 +4,8 @@
 //! - the operator, running as the chart's ServiceAccount with a bound token and only the chart's
 //!   ClusterRole (as `helm template` renders it), reconciles an ActorCluster and an ActorRole:
 //!   the cluster's ServiceAccount, Lease Role and RoleBinding, the generated Secret, the role's
-//!   Deployment, both statuses, Events, its leader Lease;
+//!   Deployment, both statuses, Events, its leader Lease, and the binding of a role's own
+//!   ServiceAccount (created, then deleted when the template stops naming it);
 //! - a real sidecar running as the cluster's ServiceAccount, with only the Role the operator
 //!   rendered, creates, renews and (on a graceful stop) deletes its own Lease, and the operator
 //!   sees it (the cluster turns Ready);
@@ -251,6 +252,41 @@ async fn the_charts_rbac_runs_the_operator_and_the_rendered_role_runs_the_sideca
         leader.spec.unwrap().holder_identity.as_deref(),
         Some("op-a")
     );
+
+    // A role whose template names its own account: the operator binds the Lease Role to it,
+    // and deletes that binding once the template stops naming it (delete on rolebindings).
+    let _: ServiceAccount = ns
+        .create_json(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "billing-irsa"}}))
+        .await;
+    ns.role(
+        "billing",
+        1,
+        json!({"template": {"spec": {"serviceAccountName": "billing-irsa", "containers": [{
+            "name": "app", "image": "ghcr.io/sigx/counter-app:0.1.0"}]}}}),
+    )
+    .await;
+    eventually("the binding of billing's own account", || async {
+        ns.get::<RoleBinding>("billing-sigx-role-leases").await
+    })
+    .await;
+    ns.api::<sigx_crds::ActorRole>()
+        .patch(
+            "billing",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"template": {"spec": {"serviceAccountName": null}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("that binding deleted", || async {
+        ns.get::<RoleBinding>("billing-sigx-role-leases")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
 
     // The Role the operator grants the sidecars: the verbs the sidecar uses, no more.
     let role: Role = ns.get("demo-sigx-leases").await.unwrap();
