@@ -30,6 +30,7 @@ test: test-rust test-lang test-dashboard check-manifests
 test-rust: build controlplane otelcol
 	bash scripts/install-tools.sh nextest
 	bash scripts/install-tools.sh postgres
+	bash scripts/install-tools.sh manifests
 	PATH="$(CURDIR)/.tools/bin:$$PATH" $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc
 

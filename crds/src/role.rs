@@ -2,7 +2,7 @@
 //! and worker types its sidecars register. The operator renders it into a Deployment whose pods
 //! carry the sidecar.
 
-use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
@@ -117,6 +117,14 @@ pub struct RoleSidecarSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub run_as_group: Option<i64>,
+    /// Extra environment variables of this role's sidecar container, after the ones the
+    /// operator sets (`RUST_LOG`, `OTEL_EXPORTER_OTLP_ENDPOINT`, ...; `valueFrom` works as in a
+    /// container). Names starting with `SIGX_` and the downward-API names the operator sets
+    /// (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`, `POD_IP`, `NODE_NAME`) are reserved: set those
+    /// through the ActorCluster and ActorRole fields; a role that uses one is not rendered.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub env: Vec<EnvVar>,
 }
 
 /// Rollout and disruption knobs of a role. Each absent field keeps the operator's default, which

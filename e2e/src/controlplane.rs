@@ -155,6 +155,58 @@ impl ControlPlane {
         path
     }
 
+    /// Writes a kubeconfig like the admin one that authenticates as the ServiceAccount
+    /// `account` of `namespace` instead (a bound token from the TokenRequest API, an hour long,
+    /// asked for by `admin`), with `default_namespace` as its namespace: a process using it
+    /// gets exactly what RBAC grants that account.
+    pub async fn service_account_kubeconfig(
+        &self,
+        admin: &kube::Client,
+        namespace: &str,
+        account: &str,
+        default_namespace: &str,
+    ) -> PathBuf {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::ServiceAccount;
+        let request: TokenRequest = serde_json::from_value(serde_json::json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        }))
+        .expect("a TokenRequest");
+        let token = kube::Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+            .create_token_request(account, &Default::default(), &request)
+            .await
+            .unwrap_or_else(|e| panic!("a token for {namespace}/{account}: {e}"))
+            .status
+            .expect("a TokenRequest answered with a status")
+            .token;
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("read the admin kubeconfig");
+        let mut config: serde_json::Value =
+            serde_saphyr::from_str(&text).expect("parse the admin kubeconfig");
+        for user in config["users"].as_array_mut().expect("users") {
+            user["user"] = serde_json::json!({ "token": token });
+        }
+        for context in config["contexts"].as_array_mut().expect("contexts") {
+            context["context"]["namespace"] = default_namespace.into();
+        }
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-sa-{namespace}-{account}"));
+        // JSON is YAML: kube reads it as a kubeconfig.
+        std::fs::write(&path, config.to_string()).expect("write a kubeconfig");
+        path
+    }
+
+    /// A client from a kubeconfig file (as [`ControlPlane::service_account_kubeconfig`]).
+    pub async fn client_from(path: &Path) -> kube::Client {
+        let kc = Kubeconfig::read_from(path).expect("read a kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+        kube::Client::try_from(config).expect("kube client")
+    }
+
     /// SIGSTOP to the control-plane process: etcd, the API server and the controller manager
     /// all stand still (they run in one process), their sockets stay open and accept nothing,
     /// as in a control-plane VM suspend or a stop-the-world pause. Requests in flight and new

@@ -53,6 +53,17 @@ impl Operator {
     /// Like [`Operator::spawn`], with its kubeconfig and leader Lease in `ns`; `watch_only`
     /// confines it to `ns` (`SIGX_WATCH_NAMESPACE`, a namespaced install).
     pub fn spawn_in(cp: &ControlPlane, ns: &str, watch_only: bool) -> Operator {
+        Operator::spawn_with(cp, &cp.kubeconfig_for(ns), ns, watch_only)
+    }
+
+    /// Like [`Operator::spawn_in`], with the credentials of `kubeconfig` (say, a ServiceAccount
+    /// token bound by the chart's RBAC, rather than the admin's certificate).
+    pub fn spawn_with(
+        cp: &ControlPlane,
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        watch_only: bool,
+    ) -> Operator {
         let bin = crate::chaos::bin_dir().join("sigx-operator");
         assert!(
             bin.is_file(),
@@ -68,7 +79,7 @@ impl Operator {
             cmd.env_remove("SIGX_WATCH_NAMESPACE");
         }
         let child = cmd
-            .env("KUBECONFIG", cp.kubeconfig_for(ns))
+            .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", "op-a")
             .env("POD_NAMESPACE", ns)
             .env("SIGX_LEADER_LEASE_SECONDS", "5")
@@ -83,6 +94,13 @@ impl Operator {
             .spawn()
             .expect("spawn sigx-operator");
         Operator { child, log }
+    }
+}
+
+impl Operator {
+    /// What the operator logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
 

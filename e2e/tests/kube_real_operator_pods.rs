@@ -10,6 +10,9 @@
 //!   Stalled condition naming the reason;
 //! - a Deployment sigx did not make, with a role's name, is never taken over: the role stalls
 //!   `NotOwned` naming it, and renders once the foreign object is gone;
+//! - a role's `spec.sidecar.env` (RUST_LOG, OTEL_*) survives the CRD's schema and lands in the
+//!   sidecar container of the Deployment and of the pods admitted; a reserved name
+//!   (`SIGX_*`) stalls the role instead;
 //! - a pod bound to a node gets the node's zone label from the API server's PodTopologyLabels
 //!   admission, and the sidecar's `SIGX_ZONE` resolves to it (locality's `meta.zone`).
 //!
@@ -354,4 +357,191 @@ async fn a_foreign_deployment_is_refused_not_adopted(client: &kube::Client) {
 async fn a_foreign_deployment_with_the_roles_name_is_not_taken_over() {
     let (_cp, client, _operator) = start_in_ops().await;
     a_foreign_deployment_is_refused_not_adopted(&client).await;
+}
+
+/// The cluster's condition `type_`, if the cluster `demo` has one.
+async fn cluster_condition(
+    ns: &Ns,
+    type_: &str,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    ns.get::<sigx_crds::ActorCluster>("demo")
+        .await?
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// A ServiceAccount someone else made with the name the cluster's sidecars run as
+/// (`<cluster>-sigx`): the operator must not apply over it, nor bind the Lease Role to it; the
+/// cluster says so in its status until the account is gone.
+async fn a_foreign_service_account_stalls_the_cluster(client: &kube::Client) {
+    let ns = Ns::create(client, "foreign-sa", json!({})).await;
+    let foreign: ServiceAccount = ns
+        .create_json(json!({"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": {"name": "demo-sigx", "labels": {"team": "payments"},
+                "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/payments"}}}))
+        .await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let stalled = eventually("the cluster to stall NotOwned", || async {
+        cluster_condition(&ns, "Stalled")
+            .await
+            .filter(|c| c.status == "True" && c.reason == "NotOwned")
+    })
+    .await;
+    assert!(
+        stalled.message.contains("ServiceAccount foreign-sa/demo-sigx")
+            && stalled.message.contains("not managed by sigx")
+            // The manager that created it: the test's client (kube-rs' default agent).
+            && stalled.message.contains("its fields belong to "),
+        "{stalled:?}"
+    );
+    let ready = cluster_condition(&ns, "Ready").await.unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NotOwned")
+    );
+    assert_eq!(ready.message, stalled.message);
+    let warnings = eventually("a NotOwned Warning Event on the cluster", || async {
+        Some(ns.events_for("demo", "NotOwned").await).filter(|e| !e.is_empty())
+    })
+    .await;
+    assert_eq!(warnings[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(warnings.len(), 1, "one Event, not one per retry");
+    let now: ServiceAccount = ns.get("demo-sigx").await.unwrap();
+    assert_eq!(now.metadata.uid, foreign.metadata.uid, "the same object");
+    assert_eq!(now.labels(), foreign.labels(), "its labels untouched");
+    assert!(
+        now.owner_references().is_empty(),
+        "no owner reference added"
+    );
+    assert_eq!(now.annotations(), foreign.annotations());
+    assert!(
+        ns.get::<RoleBinding>("demo-sigx-leases").await.is_none(),
+        "the Lease Role is not bound to someone else's account"
+    );
+    assert!(!may_renew_leases(client, "foreign-sa", "demo-sigx").await);
+
+    // Its owner removes it: the cluster renders its own and the stall clears.
+    ns.api::<ServiceAccount>()
+        .delete("demo-sigx", &Default::default())
+        .await
+        .unwrap();
+    eventually("the cluster to stop being stalled", || async {
+        cluster_condition(&ns, "Stalled")
+            .await
+            .filter(|c| c.status == "False")
+    })
+    .await;
+    let own: ServiceAccount = ns
+        .get("demo-sigx")
+        .await
+        .expect("the cluster's own account");
+    assert_eq!(
+        own.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("sigx-operator")
+    );
+    assert_eq!(own.owner_references()[0].kind, "ActorCluster");
+    let ready = cluster_condition(&ns, "Ready").await.unwrap();
+    // Without a kubelet no sidecar runs: what is left missing is a host, nothing of ours.
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NoActiveHosts"),
+        "{ready:?}"
+    );
+    eventually(
+        "the Lease Role bound to the cluster's own account",
+        || async {
+            may_renew_leases(client, "foreign-sa", "demo-sigx")
+                .await
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_service_account_with_the_clusters_name_is_not_taken_over() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_foreign_service_account_stalls_the_cluster(&client).await;
+}
+
+/// A role's extra sidecar environment, through the real API server (the CRD's schema prunes
+/// unknown fields) and the real ReplicaSet controller into the pods.
+async fn a_roles_sidecar_env_reaches_its_pods(client: &kube::Client) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let ns = Ns::create(client, "sidecar-env", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    let env = json!([
+        {"name": "RUST_LOG", "value": "sigx_sidecar=debug"},
+        {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector:4317"},
+    ]);
+    let role = ns
+        .role("engine", 1, json!({"sidecar": {"env": env.clone()}}))
+        .await;
+    assert_eq!(
+        serde_json::to_value(&role.spec.sidecar.as_ref().unwrap().env).unwrap(),
+        env,
+        "the API server kept spec.sidecar.env"
+    );
+    let sidecar_env = |spec: &k8s_openapi::api::core::v1::PodSpec| -> Vec<(String, String)> {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .find(|c| c.name == "sigx-sidecar")
+            .and_then(|c| c.env.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.name == "RUST_LOG" || e.name.starts_with("OTEL_"))
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    };
+    let want = vec![
+        ("RUST_LOG".to_owned(), "sigx_sidecar=debug".to_owned()),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT".to_owned(),
+            "http://otel-collector:4317".to_owned(),
+        ),
+    ];
+    let deployment: Deployment =
+        eventually("the role's Deployment", || async { ns.get("engine").await }).await;
+    assert_eq!(
+        sidecar_env(deployment.spec.template.spec.as_ref().unwrap()),
+        want
+    );
+    let pods = eventually("a pod of engine admitted", || async {
+        Some(ns.pods_of("engine").await).filter(|p| !p.is_empty())
+    })
+    .await;
+    assert_eq!(sidecar_env(pods[0].spec.as_ref().unwrap()), want);
+    let app = &pods[0].spec.as_ref().unwrap().containers[0];
+    assert!(
+        app.env.iter().flatten().all(|e| e.name != "RUST_LOG"),
+        "only the sidecar gets it"
+    );
+
+    // A name the operator sets is refused, naming it; the role renders nothing.
+    ns.role(
+        "web",
+        1,
+        json!({"sidecar": {"env": [{"name": "SIGX_TTL_MS", "value": "1"}]}}),
+    )
+    .await;
+    let stalled = eventually("web to stall on the reserved name", || async {
+        ns.role_condition("web", "Stalled")
+            .await
+            .filter(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(stalled.reason, "InvalidSpec", "{stalled:?}");
+    assert!(stalled.message.contains("SIGX_TTL_MS"), "{stalled:?}");
+    assert!(ns.get::<Deployment>("web").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_roles_sidecar_env_lands_in_its_deployment_and_pods() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_roles_sidecar_env_reaches_its_pods(&client).await;
 }

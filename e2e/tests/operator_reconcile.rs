@@ -381,10 +381,12 @@ async fn fleet_status_counts_hosts_and_nodes_from_leases() {
             .await
             .unwrap();
     }
-    let status = eventually("3 host(s) / 1 node(s)", || async {
+    // Both roles: a reconciliation triggered by a Lease may run before the role cache holds
+    // `web` (the role controller's store fills from its own watch); a later one lists it.
+    let status = eventually("3 host(s) / 1 node(s) of both roles", || async {
         h.cluster_status("demo")
             .await
-            .filter(|s| s.summary.as_deref() == Some("3 host(s) / 1 node(s)"))
+            .filter(|s| s.summary.as_deref() == Some("3 host(s) / 1 node(s)") && s.roles.len() == 2)
     })
     .await;
     assert_eq!(status.hosts, 3);
@@ -592,15 +594,21 @@ async fn deleting_a_cluster_keeps_what_its_roles_need_until_they_go() {
     h.apply_examples().await;
     let _: Secret = eventually("the generated Secret", || h.get("demo-sigx-secret")).await;
     let _: RoleBinding = eventually("the RoleBinding", || h.get("demo-sigx-leases")).await;
-    // Once the roles co-own the pods' objects (render::co_owned_by_roles).
+    // Once the roles co-own the pods' objects (render::co_owned_by_roles); the Secret's owners
+    // are set last in a reconciliation, after the ServiceAccount's.
+    let co_owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        refs.iter().filter(|o| o.kind == "ActorRole").count() == 2
+    };
     eventually("the roles to co-own the ServiceAccount", || async {
-        h.get::<ServiceAccount>("demo-sigx").await.filter(|sa| {
-            sa.owner_references()
-                .iter()
-                .filter(|o| o.kind == "ActorRole")
-                .count()
-                == 2
-        })
+        h.get::<ServiceAccount>("demo-sigx")
+            .await
+            .filter(|sa| co_owned(sa.owner_references()))
+    })
+    .await;
+    eventually("the roles to co-own the Secret", || async {
+        h.get::<Secret>("demo-sigx-secret")
+            .await
+            .filter(|s| co_owned(s.owner_references()))
     })
     .await;
 

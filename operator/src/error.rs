@@ -16,8 +16,8 @@ pub enum ReconcileError {
         source: kube::Error,
     },
     /// An object the operator would render already exists and sigx did not make it (no
-    /// `app.kubernetes.io/managed-by: sigx-operator`), and another field manager owns fields
-    /// the operator sets: taking it over could break whoever runs it.
+    /// `app.kubernetes.io/managed-by: sigx-operator`): taking it over could break whoever runs
+    /// it, and would hand it to the garbage collector with sigx's owner references.
     #[error(
         "{object} already exists and is not managed by sigx (its fields belong to {managers}; it \
          has no app.kubernetes.io/managed-by: sigx-operator label): sigx will not take it over. \

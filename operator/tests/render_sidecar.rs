@@ -1,6 +1,6 @@
 //! Cluster and role settings rendered into the sidecar container: the membership coalescing
-//! window (only when set) and the resources (measured default requests, overridden per cluster
-//! and per role, never a default CPU limit).
+//! window (only when set), the resources (measured default requests, overridden per cluster
+//! and per role, never a default CPU limit), and a role's extra sidecar env.
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Container;
@@ -98,4 +98,44 @@ fn the_sidecar_has_requests_and_the_role_overrides_them() {
         "256Mi",
         "the cluster's limit stays"
     );
+}
+
+#[test]
+fn a_roles_sidecar_env_follows_the_operators_and_reserved_names_are_refused() {
+    let r = role(Some(json!({"env": [
+        {"name": "RUST_LOG", "value": "sigx=debug"},
+        {"name": "OTEL_EXPORTER_OTLP_HEADERS",
+            "valueFrom": {"secretKeyRef": {"name": "otel", "key": "headers"}}},
+    ]})));
+    let d = render::deployment(&cluster(json!({})), &r).unwrap();
+    let c = sidecar(&d);
+    assert_eq!(env(&c, "RUST_LOG").as_deref(), Some("sigx=debug"));
+    let from = c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "OTEL_EXPORTER_OTLP_HEADERS")
+        .and_then(|e| e.value_from.clone())
+        .and_then(|f| f.secret_key_ref)
+        .unwrap();
+    assert_eq!((from.name.as_str(), from.key.as_str()), ("otel", "headers"));
+    let names: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
+    assert_eq!(
+        names[names.len() - 2..],
+        ["RUST_LOG", "OTEL_EXPORTER_OTLP_HEADERS"],
+        "after the operator's"
+    );
+    let app = &d.spec.template.spec.as_ref().unwrap().containers[0];
+    assert!(app.env.iter().flatten().all(|e| e.name != "RUST_LOG"));
+
+    for reserved in ["SIGX_CLUSTER", "SIGX_ANYTHING", "POD_NAME", "NODE_NAME"] {
+        let r = role(Some(json!({"env": [{"name": reserved, "value": "x"}]})));
+        let e = render::deployment(&cluster(json!({})), &r).unwrap_err();
+        assert!(
+            matches!(&e, render::RenderError::ReservedEnv { name, .. } if name == reserved),
+            "{e}"
+        );
+        assert_eq!(e.reason(), "InvalidSpec");
+        assert!(e.to_string().contains(reserved), "{e}");
+    }
 }

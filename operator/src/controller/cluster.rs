@@ -20,8 +20,8 @@ use crate::render;
 
 const KIND: &str = "ActorCluster";
 
-/// How often a healthy cluster is reconciled with nothing having changed (three applies and a
-/// Secret read; BENCHMARKS.md, "Operator idle API load").
+/// How often a healthy cluster is reconciled with nothing having changed (three reads and
+/// applies, and a Secret read; BENCHMARKS.md, "Operator idle API load").
 const RESYNC: Duration = Duration::from_secs(300);
 
 /// Whether the cluster's sidecars have a usable secret, and why (for the `SecretReady`
@@ -34,13 +34,16 @@ pub struct SecretState {
 }
 
 /// Builds the status from the fleet summary and the secret state; pure, so the conditions'
-/// rules are unit-tested. `invalid` is a spec error the API server's validation let through.
+/// rules are unit-tested. `stalled` is (reason, message) of what the operator cannot get past
+/// without someone changing something: a spec error the API server's validation let through
+/// (`InvalidSpec`), a cluster-level object sigx did not make (`NotOwned`), an apply the API
+/// server refused (`ApplyRejected`). It makes `Ready` False and `Stalled` True (kstatus).
 pub fn cluster_status(
     previous: Option<&ActorClusterStatus>,
     generation: Option<i64>,
     fleet: &FleetSummary,
     secret: &SecretState,
-    invalid: Option<&str>,
+    stalled: Option<(&str, &str)>,
     membership_version: Option<i64>,
     now: &Time,
 ) -> ActorClusterStatus {
@@ -48,8 +51,8 @@ pub fn cluster_status(
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let summary = ActorClusterStatus::summary_line(fleet.hosts, fleet.nodes);
-    let (ready, ready_reason, ready_msg) = if let Some(why) = invalid {
-        (false, "InvalidSpec", why.to_owned())
+    let (ready, ready_reason, ready_msg) = if let Some((reason, why)) = stalled {
+        (false, reason, why.to_owned())
     } else if !secret.ready {
         (false, "SecretNotReady", secret.message.clone())
     } else if fleet.counts.active == 0 {
@@ -66,8 +69,8 @@ pub fn cluster_status(
         )
     };
     let mut troubles = Vec::new();
-    if let Some(why) = invalid {
-        troubles.push(("InvalidSpec", why.to_owned()));
+    if let Some((reason, why)) = stalled {
+        troubles.push((reason, why.to_owned()));
     }
     if fleet.counts.fenced > 0 {
         troubles.push((
@@ -88,7 +91,8 @@ pub fn cluster_status(
             ),
         ));
     }
-    if !secret.ready && invalid.is_none() {
+    // An invalid spec leaves the secret unread with the same reason: said once.
+    if !secret.ready && stalled.is_none_or(|(reason, _)| reason != secret.reason) {
         troubles.push((secret.reason, secret.message.clone()));
     }
     let degraded = match troubles.first() {
@@ -133,6 +137,27 @@ pub fn cluster_status(
                 now,
             ),
             degraded,
+            match stalled {
+                Some((reason, why)) => condition(
+                    prev,
+                    condition_types::STALLED,
+                    true,
+                    reason,
+                    why.to_owned(),
+                    generation,
+                    now,
+                ),
+                None => condition(
+                    prev,
+                    condition_types::STALLED,
+                    false,
+                    "AsExpected",
+                    "the cluster's ServiceAccount, Lease Role and RoleBinding are applied"
+                        .to_owned(),
+                    generation,
+                    now,
+                ),
+            },
             condition(
                 prev,
                 condition_types::SECRET_READY,
@@ -220,7 +245,7 @@ async fn reconcile_inner(
                 generation,
                 &FleetSummary::default(),
                 &secret,
-                Some(&why),
+                Some(("InvalidSpec", &why)),
                 None,
                 &now,
             );
@@ -239,12 +264,30 @@ async fn reconcile_inner(
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .map(|r| &**r)
         .collect();
-    ctx.apply(namespace, &render::co_owned_by_roles(sa, &live))
-        .await?;
-    ctx.apply(namespace, &render::co_owned_by_roles(role, &live))
-        .await?;
-    ctx.apply(namespace, &render::co_owned_by_roles(binding, &live))
-        .await?;
+    // In this order, stopping at the first refused: a RoleBinding must not grant Leases to a
+    // ServiceAccount someone else made under the cluster's account name.
+    let applied = async {
+        ctx.apply(namespace, &render::co_owned_by_roles(sa, &live))
+            .await?;
+        ctx.apply(namespace, &render::co_owned_by_roles(role, &live))
+            .await?;
+        ctx.apply(namespace, &render::co_owned_by_roles(binding, &live))
+            .await
+    }
+    .await;
+    // Refused for good (not ours, forbidden, invalid): said in the status, then retried with
+    // the cluster's backoff, since the foreign object's deletion or an RBAC fix is not watched.
+    let refused = match applied {
+        Ok(_) => None,
+        Err(e) => match e.refusal() {
+            Some(what) => Some((e, what)),
+            None => return Err(e),
+        },
+    };
+    let stalled = refused.as_ref().map(|(e, what)| match e {
+        ReconcileError::NotOurs { .. } => ("NotOwned", what.clone()),
+        _ => ("ApplyRejected", format!("the API server refused {what}")),
+    });
     let secret = super::secret::ensure_secret(cluster, ctx, namespace, &source, &live).await?;
     let secret_ready = secret.ready;
 
@@ -267,7 +310,7 @@ async fn reconcile_inner(
         generation,
         &summary,
         &secret,
-        None,
+        stalled.as_ref().map(|(r, m)| (*r, m.as_str())),
         Some(version),
         &now,
     );
@@ -297,7 +340,31 @@ async fn reconcile_inner(
     let was_degraded =
         previous.and_then(|s| condition_status(&s.conditions, condition_types::DEGRADED));
     let is_degraded = condition_status(&status.conditions, condition_types::DEGRADED);
-    if is_degraded == Some("True") && was_degraded != Some("True") {
+    let was_stalled = previous
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == condition_types::STALLED)
+        })
+        .filter(|c| c.status == "True")
+        .map(|c| c.reason.as_str());
+    if let Some((reason, message)) = &stalled {
+        // Once per reason, as a role's problems (not on every retry).
+        if was_stalled != Some(*reason) {
+            warn!(reason, %message, "cluster stalled");
+            ctx.event(
+                cluster,
+                Event {
+                    type_: EventType::Warning,
+                    reason: (*reason).into(),
+                    note: Some(message.clone()),
+                    action: "Reconcile".into(),
+                    secondary: None,
+                },
+            )
+            .await;
+        }
+    } else if is_degraded == Some("True") && was_degraded != Some("True") {
         let note = status
             .conditions
             .iter()
@@ -318,6 +385,9 @@ async fn reconcile_inner(
     }
     if previous != Some(&status) {
         write_status(ctx, cluster, namespace, name, status).await?;
+    }
+    if let Some((error, _)) = refused {
+        return Err(error);
     }
     // Reconciled on change: a spec, an owned object, a role, a Lease appearing, going,
     // relabelled or starting or ceasing to lapse (`track_leases` judges lapses in memory). Two
@@ -388,113 +458,5 @@ async fn deleting(ctx: &Context, cluster: &ActorCluster, roles: &[Arc<sigx_crds:
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sigx_crds::{HostCounts, NodeCount};
-
-    fn now() -> Time {
-        Time(k8s_openapi::jiff::Timestamp::from_second(1_000).unwrap())
-    }
-
-    fn ok_secret() -> SecretState {
-        SecretState {
-            ready: true,
-            reason: "Generated",
-            message: "m".into(),
-        }
-    }
-
-    fn cond<'a>(
-        s: &'a ActorClusterStatus,
-        t: &str,
-    ) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-        s.conditions.iter().find(|c| c.type_ == t).unwrap()
-    }
-
-    #[test]
-    fn ready_needs_an_active_host_and_a_secret() {
-        let fleet = FleetSummary {
-            hosts: 3,
-            nodes: NodeCount::Known(1),
-            counts: HostCounts {
-                active: 3,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let s = cluster_status(None, Some(2), &fleet, &ok_secret(), None, Some(7), &now());
-        assert_eq!(s.summary.as_deref(), Some("3 host(s) / 1 node(s)"));
-        assert_eq!(cond(&s, "Ready").status, "True");
-        assert_eq!(cond(&s, "Degraded").status, "False");
-        assert_eq!(s.observed_generation, Some(2));
-
-        let empty = cluster_status(
-            None,
-            Some(2),
-            &FleetSummary::default(),
-            &ok_secret(),
-            None,
-            None,
-            &now(),
-        );
-        assert_eq!(cond(&empty, "Ready").reason, "NoActiveHosts");
-        assert_eq!(
-            empty.summary.as_deref(),
-            Some("0 host(s) / node(s) unknown")
-        );
-
-        let missing = SecretState {
-            ready: false,
-            reason: "SecretNotFound",
-            message: "x".into(),
-        };
-        let s = cluster_status(None, Some(2), &fleet, &missing, None, None, &now());
-        assert_eq!(cond(&s, "Ready").reason, "SecretNotReady");
-        assert_eq!(cond(&s, "SecretReady").status, "False");
-        assert_eq!(cond(&s, "Degraded").reason, "SecretNotFound");
-    }
-
-    #[test]
-    fn fenced_hosts_degrade_and_transition_times_are_kept() {
-        let mut fleet = FleetSummary {
-            hosts: 2,
-            counts: HostCounts {
-                active: 1,
-                fenced: 1,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let first = cluster_status(None, Some(1), &fleet, &ok_secret(), None, None, &now());
-        assert_eq!(cond(&first, "Degraded").status, "True");
-        assert_eq!(cond(&first, "Degraded").reason, "HostsFenced");
-        let later = Time(k8s_openapi::jiff::Timestamp::from_second(2_000).unwrap());
-        fleet.counts.active = 1;
-        let second = cluster_status(
-            Some(&first),
-            Some(1),
-            &fleet,
-            &ok_secret(),
-            None,
-            None,
-            &later,
-        );
-        assert_eq!(
-            cond(&second, "Degraded").last_transition_time,
-            cond(&first, "Degraded").last_transition_time,
-            "no transition, no new timestamp"
-        );
-        fleet.counts.fenced = 0;
-        let third = cluster_status(
-            Some(&second),
-            Some(1),
-            &fleet,
-            &ok_secret(),
-            None,
-            None,
-            &later,
-        );
-        assert_eq!(cond(&third, "Degraded").status, "False");
-        assert_eq!(cond(&third, "Degraded").last_transition_time, later);
-    }
-}
+#[path = "cluster_tests.rs"]
+mod tests;

@@ -58,10 +58,15 @@ pub struct Context {
 }
 
 impl Context {
-    /// Server-side applies `obj`. Without force first: a conflict means another field manager
-    /// set fields the operator renders. An object sigx made (managed-by label) is then taken
-    /// back by force (a `kubectl scale`, an older operator's field manager); one sigx did not
-    /// make is refused as [`ReconcileError::NotOurs`], never adopted.
+    /// Server-side applies `obj`, never onto an object sigx did not make: the live object is
+    /// read first, and one without sigx's managed-by label is refused as
+    /// [`ReconcileError::NotOurs`]. The read is needed because an apply onto a foreign object
+    /// conflicts only where both set a field to different values: a foreign ServiceAccount
+    /// (sigx sets only its labels and owner references), or a RoleBinding with the same
+    /// `roleRef`, would be silently co-owned, labelled as sigx's and later garbage-collected
+    /// with the cluster. An object sigx made is applied with force (a `kubectl scale`, an older
+    /// operator's field manager are put back); an absent one without, so one someone makes in
+    /// between conflicts rather than being adopted.
     pub(crate) async fn apply<K>(&self, namespace: &str, obj: &K) -> Result<K, ReconcileError>
     where
         K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
@@ -73,46 +78,55 @@ impl Context {
         let name = obj.name_any();
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("{} {namespace}/{name}", K::kind(&()));
-        match api
-            .patch(
-                &name,
-                &PatchParams::apply(&self.field_manager),
-                &Patch::Apply(obj),
-            )
-            .await
-        {
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            done => return done.map_err(ReconcileError::kube("applying", what)),
+        let read = |what: String| {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                api.get_opt(&name)
+                    .await
+                    .map_err(ReconcileError::kube("reading", what))
+            }
+        };
+        let live = read(what.clone()).await?;
+        if let Some(live) = live.as_ref().filter(|l| !made_by_sigx(l.meta())) {
+            return Err(self.not_ours(what, live.meta()));
         }
-        let live = api
-            .get_opt(&name)
-            .await
-            .map_err(ReconcileError::kube("reading", what.clone()))?;
-        if let Some(live) = live.filter(|l| !made_by_sigx(l.meta())) {
-            let managers: Vec<String> = live
-                .meta()
-                .managed_fields
-                .iter()
-                .flatten()
-                .filter_map(|m| m.manager.clone())
-                .filter(|m| *m != self.field_manager)
-                .collect();
-            return Err(ReconcileError::NotOurs {
-                object: what,
-                managers: if managers.is_empty() {
-                    "another manager".to_owned()
-                } else {
-                    managers.join(", ")
-                },
-            });
+        let mut params = PatchParams::apply(&self.field_manager);
+        if live.is_some() {
+            params = params.force();
         }
-        api.patch(
-            &name,
-            &PatchParams::apply(&self.field_manager).force(),
-            &Patch::Apply(obj),
-        )
-        .await
-        .map_err(ReconcileError::kube("applying", what))
+        match api.patch(&name, &params, &Patch::Apply(obj)).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && live.is_none() => {
+                // Made by someone else since the read.
+                let meta = read(what.clone()).await?.map(|l| l.meta().clone());
+                Err(self.not_ours(what, &meta.unwrap_or_default()))
+            }
+            done => done.map_err(ReconcileError::kube("applying", what)),
+        }
+    }
+
+    /// The refusal of an object sigx did not make, naming its field managers.
+    fn not_ours(
+        &self,
+        object: String,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) -> ReconcileError {
+        let mut managers: Vec<String> = meta
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .filter(|m| *m != self.field_manager)
+            .collect();
+        managers.dedup();
+        ReconcileError::NotOurs {
+            object,
+            managers: if managers.is_empty() {
+                "another manager".to_owned()
+            } else {
+                managers.join(", ")
+            },
+        }
     }
 
     /// Publishes an Event about `obj`. Events are best effort: a failure is logged, never

@@ -20,11 +20,12 @@ use super::{RenderError, name_of, names, namespace_of, owned_meta, owner_ref};
 
 const KIND: &str = "ActorCluster";
 
-/// The verbs a sidecar needs on Leases: read and watch its peers', create, renew and withdraw its
-/// own, and delete an expired peer's record with a precondition (DESIGN.md §3).
-pub const LEASE_VERBS: [&str; 7] = [
-    "get", "list", "watch", "create", "update", "patch", "delete",
-];
+/// The verbs a sidecar uses on Leases, and no more: read and watch its peers', create and renew
+/// (`update`, with the read resourceVersion) its own, delete its own on leave and an expired
+/// peer's record with a precondition (DESIGN.md §3; sidecar/src/membership/kubernetes). No
+/// `patch`: the sidecar never patches a Lease. `e2e/tests/kube_real_operator_rbac.rs` runs a
+/// real sidecar with exactly this Role.
+pub const LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
 
 /// Where a cluster's sidecars get the mesh secret from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,9 +245,7 @@ mod tests {
         verbs.sort();
         assert_eq!(
             verbs,
-            [
-                "create", "delete", "get", "list", "patch", "update", "watch"
-            ]
+            ["create", "delete", "get", "list", "update", "watch"]
         );
         assert!(rule.non_resource_urls.is_none());
         assert!(

@@ -117,6 +117,11 @@ pub enum RenderError {
         what: &'static str,
         name: String,
     },
+    /// `spec.sidecar.env` sets a variable the operator sets on the sidecar.
+    #[error(
+        "ActorRole {role:?}: spec.sidecar.env sets {name:?}, which the operator sets on the sidecar (every SIGX_* variable and POD_NAME, POD_NAMESPACE, POD_UID, POD_IP, NODE_NAME); set it through the ActorCluster's or ActorRole's fields, or remove it"
+    )]
+    ReservedEnv { role: String, name: String },
     /// A template container declares one of the sidecar's ports (or the two sidecar ports are
     /// equal): one of them would fail to bind in the pod's shared network namespace.
     #[error(

@@ -99,6 +99,7 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         return Err(RenderError::NoAppContainer { role: role_name });
     }
     check_reserved(&pod, &role_name)?;
+    super::sidecar::check_env(role, &role_name)?;
 
     let ports = super::ports::sidecar_ports(cluster, role);
     super::ports::check(&pod, ports, &role_name)?;

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sigx_crds::{ActorCluster, ActorRole, StateMode};
 
+use super::RenderError;
 use super::cluster::SecretSource;
 use super::ports::SidecarPorts;
 use super::role::{
@@ -153,6 +154,9 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
         mounts.push(read_only_mount(TOKEN_VOLUME, TOKEN_DIR));
     }
 
+    // The role's own, after the operator's (check_env refused the names the operator sets).
+    env.extend(role.spec.sidecar.iter().flat_map(|s| s.env.iter().cloned()));
+
     let probe = |path: &str, period: i32, failures: i32| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
@@ -280,6 +284,31 @@ pub(super) fn read_only_mount(volume: &str, path: &str) -> VolumeMount {
         read_only: Some(true),
         ..VolumeMount::default()
     }
+}
+
+/// The downward-API variables the operator sets on the sidecar (besides every `SIGX_*`).
+const IDENTITY_ENV: [&str; 5] = [
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "POD_UID",
+    "POD_IP",
+    "NODE_NAME",
+];
+
+/// Refuses a role whose `spec.sidecar.env` sets a variable the operator sets: the sidecar reads
+/// its settings and identity from them, and two values of one name in a container are the
+/// kubelet's to pick from.
+pub(super) fn check_env(role: &ActorRole, role_name: &str) -> Result<(), RenderError> {
+    let env = role.spec.sidecar.iter().flat_map(|s| s.env.iter());
+    for var in env {
+        if var.name.starts_with("SIGX_") || IDENTITY_ENV.contains(&var.name.as_str()) {
+            return Err(RenderError::ReservedEnv {
+                role: role_name.to_owned(),
+                name: var.name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn plain_env(name: &str, value: &str) -> EnvVar {
