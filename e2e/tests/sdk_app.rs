@@ -597,3 +597,46 @@ async fn a_turn_exposes_its_trace_and_a_nested_call_carries_it() {
     assert_eq!(plain, None, "an untraced call's turn has no trace");
     serving.shutdown().await.unwrap();
 }
+
+/// `DispatchOn` (a worker call to a chosen host) carries the caller's trace to the worker's
+/// turn, as `Call` does; without one the turn is untraced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_on_carries_the_callers_trace_to_the_workers_turn() {
+    let scratch = Scratch::new("trace-dispatch");
+    let socket = scratch.path("s.sock");
+    let _sidecar = Sidecar::start(&scratch, &socket, &[]);
+    let client = Client::lazy(&socket).with_timeout(Duration::from_secs(5));
+    let probe = WorkerType::new("Probe").json_method("seen", |ctx, (): ()| async move {
+        Ok(ctx.trace().map(|t| t.traceparent.clone()))
+    });
+    let serving = App::new("sdk-trace-dispatch").worker(probe).spawn(&client);
+    tokio::time::timeout(Duration::from_secs(5), serving.registered(1))
+        .await
+        .expect("registered within 5s")
+        .expect("registered");
+    let host = client.status().await.unwrap().host.unwrap().id;
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = client.with_trace(Some(sigx_sdk::proto::TraceContext {
+        traceparent: parent.into(),
+        tracestate: String::new(),
+    }));
+    let seen = |c: Client| {
+        let host = host.clone();
+        async move {
+            let reply = c
+                .dispatch_on(
+                    host,
+                    "Probe",
+                    "w",
+                    "seen",
+                    bytes::Bytes::from_static(b"null"),
+                )
+                .await
+                .unwrap();
+            serde_json::from_slice::<Option<String>>(&reply).unwrap()
+        }
+    };
+    assert_eq!(seen(traced).await.as_deref(), Some(parent));
+    assert_eq!(seen(client.clone()).await, None);
+    serving.shutdown().await.unwrap();
+}

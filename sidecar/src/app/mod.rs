@@ -377,16 +377,33 @@ impl ActorHost for AppService {
     ) -> Result<Response<v1::CallResponse>, Status> {
         let _in_flight = self.calls.enter();
         let deadline = self.deadline(&request, request.get_ref().timeout_ms);
+        // The caller's W3C trace, from the standard metadata (as on `Call`).
+        let parent = crate::trace::extract_metadata(request.metadata());
         let req = request.into_inner();
         let worker = actor_of(req.worker.as_ref(), "worker")?;
         check_payload(req.payload.len(), self.max_payload())?;
         if req.host_id.is_empty() {
             return Err(ActorError::invalid("host_id is empty: pick a host from Members").into());
         }
-        let payload = self
-            .dispatcher
-            .dispatch_on(req.host_id, worker, req.method, req.payload, deadline)
-            .await?;
+        let cx = (parent.is_some() || crate::trace::enabled()).then(|| {
+            let mut attrs = crate::trace::actor_attrs(&worker, &req.method);
+            attrs.push(opentelemetry::KeyValue::new(
+                "sigx.target_host",
+                req.host_id.clone(),
+            ));
+            crate::trace::child(
+                &parent.unwrap_or_default(),
+                "sigx.dispatch_on",
+                opentelemetry::trace::SpanKind::Server,
+                attrs,
+            )
+        });
+        let payload = crate::trace::traced(
+            cx,
+            self.dispatcher
+                .dispatch_on(req.host_id, worker, req.method, req.payload, deadline),
+        )
+        .await?;
         Ok(Response::new(v1::CallResponse { payload }))
     }
 
