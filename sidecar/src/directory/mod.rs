@@ -301,17 +301,21 @@ impl Inner {
         self.hosts.write().expect("host interner lock").intern(id)
     }
 
-    /// This host's active epoch in `view`, if it is directory-eligible there.
+    /// This host's active epoch in `view`, if it is directory-eligible there *and* that record
+    /// is the one it last wrote. A host whose feed lags can still see its earlier `active`
+    /// record after its app detached (it published `joining`) or after it came back under a new
+    /// active epoch; meanwhile a peer that saw the change owned its partitions and granted
+    /// claims without collecting from it. Judged on the stale record it would serve those
+    /// partitions as still ready (seed 265 of the simulation: two activations).
     fn own_epoch(&self, view: &DirView) -> Option<u64> {
-        view.get(&self.me)
-            .filter(|h| h.is_directory_eligible())
-            .map(|h| {
-                if self.config.faults.keep_readiness_across_reactivation {
-                    0
-                } else {
-                    h.epoch
-                }
-            })
+        let me = view.get(&self.me).filter(|h| h.is_directory_eligible())?;
+        if self.config.faults.keep_readiness_across_reactivation {
+            return Some(0);
+        }
+        match self.views.own_record() {
+            Some((status, epoch)) if status != PeerStatus::Active || epoch != me.epoch => None,
+            _ => Some(me.epoch),
+        }
     }
 
     /// Whether `part` is ready for this host in `view`.

@@ -230,10 +230,18 @@ pub trait ViewSource: Send + Sync + 'static {
     /// Asks membership to re-read the store soon (a peer said our view lags). Coalesced by the
     /// provider; the default does nothing.
     fn request_refresh(&self) {}
+    /// This host's own record as it last wrote it (status, active epoch), which its view may
+    /// not show yet: a host whose feed lags still sees its earlier `active` record after its
+    /// app detached, or after it became active again under a new epoch. `None`: the source
+    /// cannot say, and the view alone decides.
+    fn own_record(&self) -> Option<(PeerStatus, u64)> {
+        None
+    }
 }
 
 type LeaseCheck = dyn Fn() -> Result<(), ActorError> + Send + Sync;
 type RefreshHook = dyn Fn() + Send + Sync;
+type OwnRecord = dyn Fn() -> (PeerStatus, u64) + Send + Sync;
 
 /// A [`ViewSource`] fed by whoever observes membership: the host's adapter publishes a
 /// [`DirView`] for each membership change, the simulator publishes hand-built ones.
@@ -242,6 +250,7 @@ pub struct ViewCell {
     tx: watch::Sender<Arc<DirView>>,
     lease: Box<LeaseCheck>,
     refresh: Mutex<Option<Box<RefreshHook>>>,
+    own: Option<Box<OwnRecord>>,
 }
 
 impl std::fmt::Debug for ViewCell {
@@ -266,7 +275,18 @@ impl ViewCell {
             tx,
             lease: Box::new(lease),
             refresh: Mutex::new(None),
+            own: None,
         }
+    }
+
+    /// The same cell, answering [`ViewSource::own_record`] from `own` (the host's membership:
+    /// the record it last wrote).
+    pub fn with_own_record(
+        mut self,
+        own: impl Fn() -> (PeerStatus, u64) + Send + Sync + 'static,
+    ) -> Self {
+        self.own = Some(Box::new(own));
+        self
     }
 
     /// Publishes a new view.
@@ -297,6 +317,9 @@ impl ViewSource for ViewCell {
         if let Some(hook) = &*self.refresh.lock().expect("refresh hook lock") {
             hook();
         }
+    }
+    fn own_record(&self) -> Option<(PeerStatus, u64)> {
+        self.own.as_ref().map(|own| own())
     }
 }
 

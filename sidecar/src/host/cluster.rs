@@ -81,6 +81,14 @@ impl Router {
     }
 }
 
+fn peer_status(status: HostStatus) -> PeerStatus {
+    match status {
+        HostStatus::Joining => PeerStatus::Joining,
+        HostStatus::Active => PeerStatus::Active,
+        HostStatus::Leaving => PeerStatus::Leaving,
+    }
+}
+
 /// The directory's view of a membership view.
 pub fn dir_view(view: &MembershipView) -> DirView {
     DirView::new(
@@ -91,11 +99,7 @@ pub fn dir_view(view: &MembershipView) -> DirView {
                 let peer = PeerInfo::new(
                     h.id.as_str(),
                     h.advertise.as_str(),
-                    match h.status {
-                        HostStatus::Joining => PeerStatus::Joining,
-                        HostStatus::Active => PeerStatus::Active,
-                        HostStatus::Leaving => PeerStatus::Leaving,
-                    },
+                    peer_status(h.status),
                     h.is_stateful(),
                 )
                 .with_epoch(h.active_epoch);
@@ -113,15 +117,22 @@ pub fn dir_view(view: &MembershipView) -> DirView {
 /// view lags" asks the membership to re-read. Keep the returned subscription alive.
 pub fn directory_views(membership: &MembershipHandle) -> (Arc<ViewCell>, Subscription) {
     let lease_handle = membership.clone();
-    let views = Arc::new(ViewCell::new(
-        membership.self_id().to_string(),
-        dir_view(&membership.view()),
-        move || {
-            lease_handle
-                .check_lease()
-                .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
-        },
-    ));
+    let own_handle = membership.clone();
+    let views = Arc::new(
+        ViewCell::new(
+            membership.self_id().to_string(),
+            dir_view(&membership.view()),
+            move || {
+                lease_handle
+                    .check_lease()
+                    .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+            },
+        )
+        .with_own_record(move || {
+            let (status, epoch) = own_handle.own_record();
+            (peer_status(status), epoch)
+        }),
+    );
     let feed = {
         let views = views.clone();
         membership.on_change(move |v| views.publish(dir_view(v)))

@@ -1196,6 +1196,13 @@ impl MembershipHandle {
                 .is_some_and(|h| h.status == HostStatus::Active)
     }
 
+    /// This host's own record as it last asked for it (status and active epoch): what its next
+    /// lease write carries, which its view shows only once the feed delivers it.
+    pub fn own_record(&self) -> (HostStatus, u64) {
+        let desired = self.inner.desired.lock().expect("desired lock");
+        (desired.status, desired.active_epoch)
+    }
+
     /// Publishes a new status (a lease write), then refreshes the view.
     ///
     /// Becoming `active` again after having been active (an app that detached and came back)
