@@ -306,9 +306,11 @@ impl Verifier {
                      the cluster uses the same secret"
                 )));
             }
+            // In 128 bits: a signed timestamp near i64::MIN overflowed `now - ts` (found by
+            // fuzzing, fuzz/regressions/mesh_auth).
             let now = self.clock.wall_unix_ms();
-            let skew = (now - ts_ms).unsigned_abs();
-            if skew > self.window.as_millis() as u64 {
+            let skew = (i128::from(now) - i128::from(ts_ms)).unsigned_abs();
+            if skew > self.window.as_millis() {
                 return Err(ActorError::unauthenticated(format!(
                     "mesh request from {peer:?} is timestamped {skew} ms away from this host's \
                      clock (window ±{} ms): a replay, or clocks out of sync (check NTP)",
