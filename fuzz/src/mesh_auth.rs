@@ -5,8 +5,11 @@
 //! [`Verifier`]; whatever it accepts must carry the exact MAC the secret signs for that peer,
 //! timestamp and path, inside the window, from a known peer (and, with bit 1 set, on a
 //! connection whose certificate binds the peer). Odd: `peer\nts\npath\n` then a mutation (two
-//! bytes of position, one of XOR): what [`MeshAuth::sign_headers`] signs must verify, and the
-//! same request with one byte of its peer, timestamp, MAC or path changed must be refused.
+//! bytes of position, one of XOR): a host id the sidecar's configuration accepts must read
+//! back from the signed headers,
+//! what [`MeshAuth::sign_headers`] signs (for a peer id that reads back, in the window) must
+//! verify, and the same request with one byte of its peer, timestamp, MAC or path changed must
+//! be refused.
 
 use crate::support::{FixedClock, NOW_MS, split};
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -98,6 +101,15 @@ fn as_sent(cert: bool, data: &[u8]) {
     }
 }
 
+/// Whether the sidecar's configuration takes `id` as its host id (`--host-id`).
+fn config_accepts(id: &str) -> bool {
+    use clap::Parser;
+    use sigx_sidecar::config::Args;
+    let arg = format!("--host-id={id}");
+    Args::try_parse_from(["sigx-sidecar", "--membership", "none", "--insecure", &arg])
+        .is_ok_and(|a| a.validate().is_ok_and(|c| c.host_id == id))
+}
+
 fn sign_then_mutate(data: &[u8]) {
     let (peer, rest) = split(data, b'\n');
     let (ts, rest) = split(rest, b'\n');
@@ -113,8 +125,16 @@ fn sign_then_mutate(data: &[u8]) {
     auth.sign_headers(&peer, ts, &path, &mut signed);
     let v = verifier(false);
     let verdict = v.verify(&signed, &path);
-    let header_ok = !peer.is_empty() && signed.contains_key(PEER_HEADER);
-    if header_ok && in_window(ts) && peer != STRANGER {
+    // What a peer reads back as the signer's id (only text; config refuses ids that are not).
+    let readable = !peer.is_empty()
+        && signed.get(PEER_HEADER).and_then(|v| v.to_str().ok()) == Some(peer.as_str());
+    if config_accepts(&peer) {
+        assert!(
+            readable,
+            "the sidecar starts with host id {peer:?}, which does not read back from {PEER_HEADER}"
+        );
+    }
+    if readable && in_window(ts) && peer != STRANGER {
         assert_eq!(
             verdict.as_deref().ok(),
             Some(peer.as_str()),
