@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 200
 SEED_START ?= 0
 
-.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo
+.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz
 
 all: build
 
@@ -127,6 +127,27 @@ sim:
 	else \
 		SIGX_SIM_SEEDS=$(SEEDS) SIGX_SIM_SEED_START=$(SEED_START) $(SIM_CARGO) test -p sigx-e2e --release --test simulation -- --nocapture batch; \
 	fi
+
+## fuzz: every fuzz target of fuzz/ (cargo-fuzz, libFuzzer, nightly) for FUZZ_SECONDS each
+## (default 60). Not part of `make test`: tests/corpus.rs of sigx-fuzz replays the checked-in
+## corpus and every crash found (fuzz/regressions/) on stable there. New corpus entries go to
+## .fuzz/corpus/<target> (not checked in), crashes to .fuzz/artifacts/<target>/; move a crash
+## into fuzz/regressions/<target>/ once it is fixed. Built in a target dir of its own
+## (FUZZ_TARGET_DIR), as the sanitizer flags would invalidate the main build cache.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGET_DIR ?= $(if $(CARGO_TARGET_DIR),$(CARGO_TARGET_DIR)-fuzz,$(CURDIR)/target/fuzz)
+FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_targets/*.rs)))
+FUZZ_CARGO = PATH="$(CURDIR)/.tools/bin:$$PATH" CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR) $(CARGO) +nightly fuzz
+FUZZ_FLAGS = --fuzz-dir fuzz --features libfuzzer --debug-assertions --sanitizer none
+fuzz:
+	bash scripts/install-tools.sh fuzz
+	$(FUZZ_CARGO) build $(FUZZ_FLAGS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		mkdir -p .fuzz/corpus/$$t .fuzz/artifacts/$$t; \
+		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+		$(FUZZ_CARGO) run $(FUZZ_FLAGS) $$t .fuzz/corpus/$$t fuzz/corpus/$$t \
+			-- -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.fuzz/artifacts/$$t/ -print_final_stats=1; \
+	done
 
 clean-demo:
 	rm -rf .sigx

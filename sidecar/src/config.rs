@@ -678,6 +678,18 @@ impl Args {
                 incarnation_suffix()
             ),
         };
+        if !crate::mesh::auth::valid_host_id(&host_id) {
+            return Err(ConfigError::Invalid {
+                name: "SIGX_HOST_ID",
+                value: host_id,
+                what: "host id",
+                reason: format!(
+                    "use 1..={} visible ASCII characters other than '/' (a pod name is one): \
+                     peers read the id from a request header, and could not read this one back",
+                    crate::mesh::auth::MAX_HOST_ID_BYTES
+                ),
+            });
+        }
         let advertise = self.advertise.unwrap_or_else(|| {
             let ip = self
                 .pod_ip

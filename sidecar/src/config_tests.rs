@@ -229,6 +229,30 @@ fn host_ids_get_an_incarnation_suffix() {
     assert!(a.starts_with("sigx-"));
 }
 
+/// Found by fuzzing (fuzz/regressions/mesh_auth): a host id that is not visible ASCII was sent
+/// in `sigx-peer` but could not be read back, so every peer refused the host's requests as
+/// unsigned. It is refused at startup instead, by name.
+#[test]
+fn a_host_id_peers_could_not_read_is_refused() {
+    for bad in ["höst-1", "host 1", "a/b", "tab\there"] {
+        let e = args(&["--host-id", bad])
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SIGX_HOST_ID") && e.contains("visible ASCII"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        args(&["--host-id", "pod-a-1.web_x:9"])
+            .validate()
+            .unwrap()
+            .host_id,
+        "pod-a-1.web_x:9"
+    );
+}
+
 #[test]
 fn the_socket_mode_is_octal_and_keeps_the_owner_able_to_use_it() {
     assert_eq!(args(&[]).validate().unwrap().socket_mode, 0o660);

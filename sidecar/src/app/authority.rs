@@ -16,6 +16,13 @@
 //! (a malformed frame, an HPACK error, a header block over [`MAX_HEADER_BLOCK`]) is forwarded
 //! as is, and the layer steps aside for the rest of the connection: the server then answers the
 //! protocol error itself, exactly as without this layer. Writes pass straight through.
+//!
+//! Except once blocks are re-encoded: the server's table then lacks what the client's later
+//! blocks inserted, so a block forwarded as is would decode to other headers there, and so
+//! would every block after it. A block too large to inspect (over [`MAX_HEADER_BLOCK`], or
+//! decoding to more than [`MAX_HEADER_LIST`]) then fails the connection: the server reads what
+//! was complete before it, then a read error that names the cause. (An HPACK error or a
+//! malformed frame still steps aside: the server's decoder fails on it too.)
 
 use bytes::{Buf, BufMut, BytesMut};
 use std::io;
@@ -28,6 +35,17 @@ pub const LOCAL_AUTHORITY: &[u8] = b"localhost";
 
 /// A header block larger than this is forwarded without inspection.
 pub const MAX_HEADER_BLOCK: usize = 1 << 20;
+
+/// A header block decoding to a list larger than this (RFC 7541 §4.1 sizes: name, value and 32
+/// bytes per field) is forwarded without inspection. A block refers to table entries of up to
+/// 4 KiB with one byte each, so without it a 1 MiB block could decode to gigabytes.
+pub const MAX_HEADER_LIST: usize = 1 << 20;
+
+/// Why a connection whose blocks are re-encoded fails (see the module docs).
+pub const TOO_LARGE_AFTER_REWRITE: &str = "app socket: a header block over 1 MiB (or decoding to \
+    more) arrived after this connection's :authority was rewritten; it cannot be passed on \
+    without the server's HPACK table going out of step with the client's, so the connection \
+    is closed (send smaller metadata)";
 
 const PREFACE_LEN: usize = 24;
 const FRAME_HEADER_LEN: usize = 9;
@@ -73,6 +91,8 @@ enum Stage {
     Frames,
     /// Stepped aside: bytes pass unchanged.
     Transparent,
+    /// Re-encoding and handed a block it cannot pass on consistently: reads fail.
+    Failed,
 }
 
 /// A header block being collected (HEADERS, then CONTINUATION until END_HEADERS).
@@ -119,6 +139,9 @@ impl Rewriter {
 
     /// The client closed its side: whatever is pending goes on unchanged.
     fn finish(&mut self) {
+        if self.stage == Stage::Failed {
+            return;
+        }
         if let Some(block) = self.block.take() {
             self.output.extend_from_slice(&block.raw);
         }
@@ -133,9 +156,25 @@ impl Rewriter {
         self.stage = Stage::Transparent;
     }
 
+    /// A block too large to inspect: forwarded as is, unless blocks are re-encoded.
+    fn too_large(&mut self) {
+        if !self.reencode {
+            self.step_aside();
+            return;
+        }
+        tracing::warn!("{TOO_LARGE_AFTER_REWRITE}");
+        self.block = None;
+        self.input.clear();
+        self.stage = Stage::Failed;
+    }
+
     fn process(&mut self) {
         loop {
             match self.stage {
+                Stage::Failed => {
+                    self.input.clear();
+                    return;
+                }
                 Stage::Transparent => {
                     let rest = self.input.split();
                     self.output.extend_from_slice(&rest);
@@ -179,7 +218,7 @@ impl Rewriter {
             block.fragment.extend_from_slice(payload);
             block.raw.extend_from_slice(&frame);
             if block.fragment.len() > MAX_HEADER_BLOCK {
-                self.step_aside();
+                self.too_large();
             } else if flags & END_HEADERS != 0 {
                 self.end_block();
             }
@@ -209,13 +248,27 @@ impl Rewriter {
     fn end_block(&mut self) {
         let block = self.block.take().expect("a block in progress");
         let mut headers = Vec::new();
+        let mut size = 0usize;
+        // Decoded in full even past the limit: the table must follow every insertion.
         let decoded = self.decoder.decode_with_cb(&block.fragment, |name, value| {
-            headers.push((name.into_owned(), value.into_owned()))
+            size = size.saturating_add(name.len() + value.len() + 32);
+            if size <= MAX_HEADER_LIST {
+                headers.push((name.into_owned(), value.into_owned()));
+            }
         });
         if let Err(e) = decoded {
             tracing::debug!(error = %e, "app socket: undecodable header block; forwarding it as is");
             self.block = Some(block);
             self.step_aside();
+            return;
+        }
+        if block.fragment.len() > MAX_HEADER_BLOCK || size > MAX_HEADER_LIST {
+            if self.reencode {
+                self.too_large();
+            } else {
+                // Both tables saw the same bytes and still agree: forward it, keep going.
+                self.output.extend_from_slice(&block.raw);
+            }
             return;
         }
         let mut refused = false;
@@ -351,6 +404,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for AnyAuthority<S> {
                 let n = out.len().min(buf.remaining());
                 buf.put_slice(&out.split_to(n));
                 return Poll::Ready(Ok(()));
+            }
+            if this.rewriter.stage == Stage::Failed {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    TOO_LARGE_AFTER_REWRITE,
+                )));
             }
             if this.eof {
                 return Poll::Ready(Ok(()));

@@ -183,3 +183,78 @@ fn an_undecodable_block_is_forwarded_unchanged_and_the_layer_steps_aside() {
     assert_eq!(rw.output.as_ref(), input.as_slice());
     assert_eq!(rw.stage, Stage::Transparent);
 }
+
+/// A block over [`MAX_HEADER_BLOCK`] once blocks are re-encoded cannot be forwarded as is: the
+/// server's HPACK table lacks what the re-encoded blocks inserted on the client's side, so that
+/// block and every later one would decode to other headers there (here `:authority` would
+/// read as the earlier `x-tenant` entry). The connection fails instead, with what was complete
+/// before it passed on.
+#[test]
+fn an_oversized_block_after_a_rewrite_fails_the_connection_instead_of_desyncing_hpack() {
+    let mut input = PREFACE.to_vec();
+    // Stream 1: a valid authority and `x-tenant: alice`, both inserted (62 = x-tenant).
+    let mut first = request_head(b"/x/a");
+    first.extend(indexed_literal(1, b"localhost"));
+    let mut tenant = BytesMut::new();
+    tenant.put_u8(0x40);
+    encode_string(&mut tenant, b"x-tenant");
+    encode_string(&mut tenant, b"alice");
+    first.extend_from_slice(&tenant);
+    input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &first));
+    // Stream 3: the C core's authority, inserted on the client's side only (re-encoded).
+    let mut second = request_head(b"/x/b");
+    second.extend(indexed_literal(1, b"tmp%2Fs.sock"));
+    input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 3, &second));
+    // Stream 5: a block over the limit.
+    let mut big = request_head(b"/x/c");
+    let mut lit = BytesMut::new();
+    encode_literal(&mut lit, b"x-big", &vec![b'v'; MAX_HEADER_BLOCK]);
+    big.extend_from_slice(&lit);
+    let mut chunks = big.chunks(MAX_FRAME).peekable();
+    input.extend(frame(HEADERS, END_STREAM, 5, chunks.next().unwrap()));
+    while let Some(c) = chunks.next() {
+        let flags = if chunks.peek().is_none() {
+            END_HEADERS
+        } else {
+            0
+        };
+        input.extend(frame(CONTINUATION, flags, 5, c));
+    }
+    // Stream 7 refers to the client's newest entry (62: the socket path authority).
+    let mut fourth = request_head(b"/x/d");
+    fourth.push(0x80 | 62);
+    input.extend(frame(HEADERS, END_HEADERS | END_STREAM, 7, &fourth));
+
+    let mut rw = Rewriter::default();
+    rw.push(&input);
+    assert_eq!(
+        rw.stage,
+        Stage::Failed,
+        "the layer must not step aside here"
+    );
+    let blocks = server_view(&rw.output);
+    assert_eq!(
+        blocks.len(),
+        2,
+        "only the blocks before the oversized one pass"
+    );
+    assert_eq!(authority_of(&blocks[1].2), b"localhost");
+
+    // Through the connection: what passed is read, then the read fails, naming the cause.
+    let mut conn = AnyAuthority::new(input.as_slice());
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    let mut read = Vec::new();
+    let err = loop {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut rb = ReadBuf::new(&mut buf);
+        match Pin::new(&mut conn).poll_read(&mut cx, &mut rb) {
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => panic!("the connection ended cleanly"),
+            Poll::Ready(Ok(())) => read.extend_from_slice(rb.filled()),
+            Poll::Ready(Err(e)) => break e,
+            Poll::Pending => unreachable!("a slice never pends"),
+        }
+    };
+    assert_eq!(read, rw.output.as_ref());
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    assert!(err.to_string().contains("header block over"), "{err}");
+}

@@ -5,19 +5,25 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Parses a `grpc-timeout` value (`<digits><unit>`, unit one of H M S m u n).
+///
+/// Anything else is `None`: the header is then ignored. (Split by bytes: splitting the `str`
+/// before its last character panicked on a non-ASCII one, found by fuzzing.)
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     if value.len() < 2 || value.len() > 9 {
         return None;
     }
-    let (digits, unit) = value.split_at(value.len() - 1);
-    let n: u64 = digits.parse().ok()?;
+    let (&unit, digits) = value.as_bytes().split_last()?;
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
     Some(match unit {
-        "H" => Duration::from_secs(n.saturating_mul(3600)),
-        "M" => Duration::from_secs(n.saturating_mul(60)),
-        "S" => Duration::from_secs(n),
-        "m" => Duration::from_millis(n),
-        "u" => Duration::from_micros(n),
-        "n" => Duration::from_nanos(n),
+        b'H' => Duration::from_secs(n.saturating_mul(3600)),
+        b'M' => Duration::from_secs(n.saturating_mul(60)),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
         _ => return None,
     })
 }
@@ -55,6 +61,8 @@ mod tests {
         assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
         assert_eq!(parse_grpc_timeout("x"), None);
         assert_eq!(parse_grpc_timeout("10q"), None);
+        assert_eq!(parse_grpc_timeout("+5m"), None, "digits only");
+        assert_eq!(parse_grpc_timeout("5ϒ"), None, "a non-ASCII unit");
     }
 
     #[tokio::test(start_paused = true)]

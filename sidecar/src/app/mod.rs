@@ -177,6 +177,30 @@ fn check_payload(len: usize, limit: usize) -> Result<(), ActorError> {
     Ok(())
 }
 
+/// Checks an app's `CallRequest` before anything runs: the actor, the locality, the payload
+/// size against `max_payload`, and the method name. The error names the field to fix.
+pub fn check_call(
+    req: &v1::CallRequest,
+    max_payload: usize,
+) -> Result<(ActorId, crate::placement::Locality), ActorError> {
+    let actor = actor_of(req.actor.as_ref(), "actor")?;
+    let locality = crate::placement::Locality::from_proto(req.locality)?;
+    check_payload(req.payload.len(), max_payload)?;
+    if req.method.is_empty() {
+        return Err(ActorError::invalid(
+            "method is empty: name the method to call",
+        ));
+    }
+    if req.method.starts_with('$') {
+        return Err(ActorError::invalid(format!(
+            "method {:?} starts with `$`, which is reserved for sigx's own turn kinds (e.g. \
+             reminders, set with SetReminder); rename the method",
+            req.method
+        )));
+    }
+    Ok((actor, locality))
+}
+
 #[async_trait]
 impl ActorHost for AppService {
     type ServeStream = UnboundedReceiverStream<Result<v1::SidecarMessage, Status>>;
@@ -288,20 +312,7 @@ impl ActorHost for AppService {
                 .and_then(crate::trace::extract)
         });
         let req = request.into_inner();
-        let actor = actor_of(req.actor.as_ref(), "actor")?;
-        let locality = crate::placement::Locality::from_proto(req.locality)?;
-        check_payload(req.payload.len(), self.max_payload())?;
-        if req.method.is_empty() {
-            return Err(ActorError::invalid("method is empty: name the method to call").into());
-        }
-        if req.method.starts_with('$') {
-            return Err(ActorError::invalid(format!(
-                "method {:?} starts with `$`, which is reserved for sigx's own turn kinds (e.g. \
-                 reminders, set with SetReminder); rename the method",
-                req.method
-            ))
-            .into());
-        }
+        let (actor, locality) = check_call(&req, self.max_payload())?;
         let clock = self.runtime.config().clock.clone();
         let started = clock.now();
         let cx = (parent.is_some() || crate::trace::enabled()).then(|| {

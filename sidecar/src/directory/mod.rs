@@ -232,7 +232,9 @@ impl std::fmt::Debug for Directory {
     }
 }
 
-fn validate_actor(actor: Option<&ActorRef>) -> Result<&ActorRef, ActorError> {
+/// Checks the actor of a directory request from a peer (type and key lengths).
+#[doc(hidden)]
+pub fn validate_actor(actor: Option<&ActorRef>) -> Result<&ActorRef, ActorError> {
     let a = actor.ok_or_else(|| ActorError::invalid("directory request without an actor"))?;
     if a.actor_type.is_empty() || a.actor_type.len() > MAX_TYPE_LEN {
         return Err(ActorError::invalid(format!(
@@ -249,7 +251,10 @@ fn validate_actor(actor: Option<&ActorRef>) -> Result<&ActorRef, ActorError> {
     Ok(a)
 }
 
-fn validate_entry<'a>(
+/// Checks the entry of a peer's `Register` or `Unregister`: its actor, that it names the peer
+/// itself, and its activation id.
+#[doc(hidden)]
+pub fn validate_entry<'a>(
     entry: Option<&'a DirectoryEntry>,
     peer: &str,
 ) -> Result<(&'a ActorRef, &'a DirectoryEntry), ActorError> {

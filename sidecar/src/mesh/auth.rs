@@ -148,6 +148,18 @@ fn decimal(v: i64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[i..]
 }
 
+/// The longest host id, in bytes (a Kubernetes object name's limit).
+pub const MAX_HOST_ID_BYTES: usize = 253;
+
+/// Whether `id` can name a host: 1..=[`MAX_HOST_ID_BYTES`] visible ASCII characters other
+/// than `/`. Only such an id reads back from the `sigx-peer` header as the text that was signed
+/// (HTTP carries other bytes, but not as text), and fits the holder identity
+/// `<host-id>/<incarnation>` and the certificate identity `spiffe://<cluster>/host/<id>`.
+pub fn valid_host_id(id: &str) -> bool {
+    (1..=MAX_HOST_ID_BYTES).contains(&id.len())
+        && id.bytes().all(|b| b.is_ascii_graphic() && b != b'/')
+}
+
 /// How this host authenticates mesh peers.
 #[derive(Clone, Debug)]
 pub enum MeshAuth {
@@ -306,9 +318,11 @@ impl Verifier {
                      the cluster uses the same secret"
                 )));
             }
+            // In 128 bits: a signed timestamp near i64::MIN overflowed `now - ts` (found by
+            // fuzzing, fuzz/regressions/mesh_auth).
             let now = self.clock.wall_unix_ms();
-            let skew = (now - ts_ms).unsigned_abs();
-            if skew > self.window.as_millis() as u64 {
+            let skew = (i128::from(now) - i128::from(ts_ms)).unsigned_abs();
+            if skew > self.window.as_millis() {
                 return Err(ActorError::unauthenticated(format!(
                     "mesh request from {peer:?} is timestamped {skew} ms away from this host's \
                      clock (window ±{} ms): a replay, or clocks out of sync (check NTP)",

@@ -28,18 +28,12 @@ fn check_actor_type(runtime: &Runtime, actor: &ActorId) -> Result<(), ActorError
     Ok(())
 }
 
-/// `SetReminder`.
-pub async fn set(
-    runtime: &Runtime,
-    actor: ActorId,
-    req: v1::SetReminderRequest,
-) -> Result<v1::SetReminderResponse, ActorError> {
-    check_actor_type(runtime, &actor)?;
-    let now = runtime.config().clock.wall_unix_ms();
+/// What a `SetReminder` received at `now_unix_ms` asks to store, checked ([`check_spec`]).
+pub fn spec_of(req: v1::SetReminderRequest, now_unix_ms: i64) -> Result<ReminderSpec, ActorError> {
     let due_unix_ms = match req.due {
         Some(v1::set_reminder_request::Due::DueUnixMs(at)) => at,
         Some(v1::set_reminder_request::Due::DueInMs(after)) => {
-            now.saturating_add(after.min(i64::MAX as u64) as i64)
+            now_unix_ms.saturating_add(after.min(i64::MAX as u64) as i64)
         }
         None => {
             return Err(ActorError::invalid(format!(
@@ -55,6 +49,18 @@ pub async fn set(
         payload: req.payload,
     };
     check_spec(&spec)?;
+    Ok(spec)
+}
+
+/// `SetReminder`.
+pub async fn set(
+    runtime: &Runtime,
+    actor: ActorId,
+    req: v1::SetReminderRequest,
+) -> Result<v1::SetReminderResponse, ActorError> {
+    check_actor_type(runtime, &actor)?;
+    let spec = spec_of(req, runtime.config().clock.wall_unix_ms())?;
+    let due_unix_ms = spec.due_unix_ms;
     runtime
         .config()
         .state

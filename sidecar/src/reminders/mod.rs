@@ -44,6 +44,10 @@ pub const MAX_NAME_BYTES: usize = 256;
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 /// The shortest period of a periodic reminder, in milliseconds.
 pub const MIN_PERIOD_MS: u64 = 100;
+/// The latest due time a reminder may be set for: the last millisecond of the year 9999.
+pub const MAX_DUE_UNIX_MS: i64 = 253_402_300_799_999;
+/// The longest period of a periodic reminder: 100 years (36,525 days).
+pub const MAX_PERIOD_MS: u64 = 36_525 * 24 * 3_600 * 1_000;
 /// The most reminders one actor may hold.
 pub const MAX_PER_ACTOR: usize = 1000;
 /// The method name a reminder delivery travels under between sidecars (see mesh.proto).
@@ -231,6 +235,21 @@ pub fn check_spec(spec: &ReminderSpec) -> Result<(), ActorError> {
             spec.payload.len()
         )));
     }
+    if !(0..=MAX_DUE_UNIX_MS).contains(&spec.due_unix_ms) {
+        return Err(ActorError::invalid(format!(
+            "reminder {:?} is due at {} ms since the Unix epoch, which is not a time between 1970 \
+             and the end of the year 9999 (0..={MAX_DUE_UNIX_MS}); set due_unix_ms to a Unix \
+             time in milliseconds, or due_in_ms to a delay",
+            spec.name, spec.due_unix_ms
+        )));
+    }
+    if spec.period_ms > MAX_PERIOD_MS {
+        return Err(ActorError::invalid(format!(
+            "reminder {:?} has a period of {} ms, over the maximum of {MAX_PERIOD_MS} ms (100 \
+             years); set period_ms to 0 for a one-shot reminder",
+            spec.name, spec.period_ms
+        )));
+    }
     if spec.period_ms != 0 && spec.period_ms < MIN_PERIOD_MS {
         return Err(ActorError::invalid(format!(
             "reminder {:?} has a period of {} ms, under the minimum of {MIN_PERIOD_MS} ms; use a \
@@ -243,13 +262,19 @@ pub fn check_spec(spec: &ReminderSpec) -> Result<(), ActorError> {
 
 /// The next due time of a periodic reminder after `due` once it was delivered at `now`: the
 /// first `due + k·period` later than `now` (missed occurrences are skipped, not replayed).
+///
+/// Computed in 128 bits, so no stored row (whatever its due time and period) can overflow it;
+/// a next occurrence past `i64::MAX` ms reads as `i64::MAX`, never due. [`check_spec`] keeps
+/// what apps set far from that edge.
 pub fn next_due(due_unix_ms: i64, period_ms: u64, now_unix_ms: i64) -> i64 {
-    let period = period_ms.max(1) as i64;
-    if now_unix_ms < due_unix_ms {
-        return due_unix_ms + period;
-    }
-    let behind = (now_unix_ms - due_unix_ms) / period + 1;
-    due_unix_ms + behind * period
+    let (due, now) = (i128::from(due_unix_ms), i128::from(now_unix_ms));
+    let period = i128::from(period_ms.max(1));
+    let next = if now < due {
+        due + period
+    } else {
+        due + ((now - due) / period + 1) * period
+    };
+    i64::try_from(next).unwrap_or(i64::MAX)
 }
 
 /// The payload of a reminder delivery (`REMINDER_METHOD`).
@@ -321,6 +346,28 @@ mod tests {
         assert_eq!(next_due(1000, 100, 1050), 1100);
         assert_eq!(next_due(1000, 100, 1100), 1200);
         assert_eq!(next_due(1000, 100, 1999), 2000);
+    }
+
+    /// Found by fuzzing (fuzz/regressions/reminders): `due + period` overflowed i64 and panicked
+    /// (wrapped, in a release build, to a due time in the past) for rows due near the ends of
+    /// time; now such rows saturate and apps cannot set them.
+    #[test]
+    fn due_times_at_the_edges_neither_overflow_nor_are_accepted() {
+        assert_eq!(next_due(i64::MAX - 5, 100, 0), i64::MAX);
+        assert_eq!(next_due(i64::MIN, u64::MAX, i64::MAX), i64::MAX);
+        assert_eq!(next_due(i64::MIN, 100, i64::MAX), i64::MAX);
+        let spec = |due_unix_ms, period_ms| ReminderSpec {
+            name: "r".into(),
+            due_unix_ms,
+            period_ms,
+            payload: Bytes::new(),
+        };
+        assert!(check_spec(&spec(MAX_DUE_UNIX_MS, MAX_PERIOD_MS)).is_ok());
+        let late = check_spec(&spec(i64::MAX, 100)).unwrap_err();
+        assert!(late.message.contains("year 9999"), "{}", late.message);
+        assert!(check_spec(&spec(-1, 0)).is_err());
+        let long = check_spec(&spec(0, MAX_PERIOD_MS + 1)).unwrap_err();
+        assert!(long.message.contains("100 years"), "{}", long.message);
     }
 
     #[test]
