@@ -147,7 +147,12 @@ fn replay_fingerprint() {
 /// here with a line on what it found.
 /// * 3458: after a partition healed, a call hyper had never written to a socket failed as
 ///   `timeout` (not retried) instead of `unreachable` (retried); the liveness probe failed.
-const REGRESSION_SEEDS: &[u64] = &[3458];
+/// * 265: a host whose feed lagged judged its directory eligibility on its own stale `active`
+///   record: after its app detached and came back (a new active epoch) it served a partition
+///   that a peer had owned and granted claims in meanwhile, without collecting: two
+///   activations of one actor. Eligibility now also needs the view to show the record the host
+///   last wrote.
+const REGRESSION_SEEDS: &[u64] = &[3458, 265];
 
 #[test]
 fn regression_seeds() {
