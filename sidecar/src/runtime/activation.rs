@@ -212,6 +212,10 @@ impl Activation {
 /// deadline would let another host (or this one) activate the actor while this app still runs
 /// its lifecycle code. The flag says whether the deadline passed first. An app that goes away
 /// answers every pending turn (`outcome-unknown`), so this never outlives the app.
+/// How long a Deactivate the app refused as late waits before it is sent again (the lease
+/// renews every beat).
+const LATE_DEACTIVATE_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 async fn lifecycle_turn<F>(
     rt: &Runtime,
     actor: &ActorId,
@@ -514,21 +518,47 @@ async fn run(
     }
     if fenced.is_none() {
         let deadline = Instant::now() + lifecycle;
-        match rt.lease_not_after(deadline) {
-            Ok(not_after) => {
-                let turn = app.start_turn(
-                    &actor,
-                    TurnOf {
-                        activation_id: &activation_id,
-                        epoch,
-                    },
-                    TurnKind::Deactivate(reason),
-                    deadline,
-                    Instant::now(),
-                    not_after,
-                );
-                let (answer, _) =
-                    lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+        // A Deactivate the app refused as past its not-after never ran, and the app still holds
+        // the activation: releasing the claim now would let this actor activate again (here or
+        // elsewhere) beside it (simulation seeds 350 and 351: a host suspended with its lease
+        // about to lapse, resumed, its idle deactivation refused). It is handed out again
+        // under the lease as renewed since, until the app runs it, the host fences or the
+        // lifecycle deadline passes.
+        let mut answer = None;
+        while answer.is_none() {
+            let not_after = match rt.lease_not_after(deadline) {
+                Ok(n) => n,
+                Err(e) if gate.check_serving().is_err() || Instant::now() >= deadline => {
+                    tracing::warn!(error = %e, "deactivate turn not sent");
+                    break;
+                }
+                Err(_) => {
+                    tokio::time::sleep(LATE_DEACTIVATE_RETRY).await;
+                    continue;
+                }
+            };
+            let turn = app.start_turn(
+                &actor,
+                TurnOf {
+                    activation_id: &activation_id,
+                    epoch,
+                },
+                TurnKind::Deactivate(reason),
+                deadline,
+                Instant::now(),
+                not_after,
+            );
+            let (got, _) = lifecycle_turn(&rt, &actor, "<deactivate>", deadline, turn, || {}).await;
+            let refused = matches!(&got.outcome, Err(e) if super::session::is_refused_late(e));
+            if refused && gate.check_serving().is_ok() && Instant::now() < deadline {
+                tracing::debug!("the app refused the deactivate turn as late: sending it again");
+                tokio::time::sleep(LATE_DEACTIVATE_RETRY).await;
+                continue;
+            }
+            answer = Some(got);
+        }
+        if let Some(answer) = answer {
+            {
                 // Deactivate saves state; a superseded activation's writes are discarded (the
                 // store would refuse them, or they would overwrite what the failed commit left).
                 let outcome = if reason == v1::DeactivateReason::Superseded {
@@ -540,7 +570,6 @@ async fn run(
                     tracing::warn!(error = %e, "deactivate turn failed");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "deactivate turn not sent"),
         }
     }
     rt.inner

@@ -100,11 +100,20 @@ fn never_sent(app: &str) -> ActorError {
     ))
 }
 
+/// The phrase [`refused_late`] answers carry, by which [`is_refused_late`] knows them.
+const REFUSED_LATE: &str = "refused the turn because it arrived past its not-after";
+
+/// Whether `e` is the app's refusal of a turn that reached it past its not-after: no code ran,
+/// so for a Deactivate the app still holds the activation.
+pub(crate) fn is_refused_late(e: &ActorError) -> bool {
+    e.kind == sigx_proto::ErrorKind::Timeout && e.message.contains(REFUSED_LATE)
+}
+
 /// The app refused the turn: it reached the app past its not-after, and no code ran.
 fn refused_late(app: &str, message: &str) -> ActorError {
     ActorError::timeout(format!(
-        "the app {app:?} refused the turn because it arrived past its not-after (the earlier of \
-         the call's deadline and this host's lease): it never ran ({message})"
+        "the app {app:?} {REFUSED_LATE} (the earlier of the call's deadline and this host's \
+         lease): it never ran ({message})"
     ))
 }
 
