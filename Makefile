@@ -6,7 +6,7 @@ CARGO ?= cargo
 TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 BIN := $(TARGET_DIR)/debug
 RELEASE_BIN := $(TARGET_DIR)/release
-SEEDS ?= 200
+SEEDS ?= 500
 SEED_START ?= 0
 
 .PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz

@@ -7,7 +7,7 @@
 //!   processes and requires identical histories, event for event. Without that flag (the
 //!   debug build `make test` runs) tokio draws some scheduling choices at random, and only the
 //!   verdict replays.
-//! * `batch_*`: `SIGX_SIM_SEEDS=<n>` seeds from `SIGX_SIM_SEED_START=<m>` (default 200 from 0),
+//! * `batch_*`: `SIGX_SIM_SEEDS=<n>` seeds from `SIGX_SIM_SEED_START=<m>` (default 500 from 0),
 //!   split over four tests that run in parallel.
 //! * `broken_*`: each deliberately broken protocol variant must be caught within a bounded
 //!   number of seeds.
@@ -152,7 +152,11 @@ fn replay_fingerprint() {
 ///   that a peer had owned and granted claims in meanwhile, without collecting: two
 ///   activations of one actor. Eligibility now also needs the view to show the record the host
 ///   last wrote.
-const REGRESSION_SEEDS: &[u64] = &[3458, 265];
+/// * 350, 351: a host suspended with its lease about to lapse resumed and sent an idle
+///   activation its Deactivate, which the app refused as past its not-after (it never ran, and
+///   the app still held the activation); the sidecar released the claim anyway and activated
+///   the actor again beside it. A Deactivate refused as late is now sent again.
+const REGRESSION_SEEDS: &[u64] = &[3458, 265, 350, 351];
 
 #[test]
 fn regression_seeds() {
@@ -165,7 +169,7 @@ fn regression_seeds() {
 
 /// Runs every `stride`-th seed of the batch from `part`; fails with the first violation's report.
 fn batch(part: u64, stride: u64) {
-    let count = env_u64("SIGX_SIM_SEEDS").unwrap_or(200);
+    let count = env_u64("SIGX_SIM_SEEDS").unwrap_or(500);
     let start = env_u64("SIGX_SIM_SEED_START").unwrap_or(0);
     let t = Instant::now();
     let mut ran = 0;
