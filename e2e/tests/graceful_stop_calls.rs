@@ -43,25 +43,13 @@ async fn two_hosts(scratch: &Scratch, drain_ms: u64) -> Pair {
     let drain = drain_ms.to_string();
     let start = |name: &str| {
         let socket = scratch.path(&format!("{name}.sock"));
-        Sidecar::start_with(
+        Sidecar::start_clustered_with(
             scratch,
             &socket,
-            &[
-                "--membership",
-                "sqlite",
-                "--sqlite-path",
-                db.to_str().unwrap(),
-                "--secret-file",
-                secret.to_str().unwrap(),
-                "--pod-name",
-                name,
-                "--beat-ms",
-                "1000",
-                "--ttl-ms",
-                "5000",
-                "--drain-timeout-ms",
-                &drain,
-            ],
+            name,
+            &db,
+            &secret,
+            &["--drain-timeout-ms", &drain],
         )
     };
     let (a, b) = (start("a"), start("b"));

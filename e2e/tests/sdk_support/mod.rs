@@ -150,24 +150,34 @@ impl Sidecar {
         db: &Path,
         secret: &Path,
     ) -> Sidecar {
-        Self::start_with(
-            scratch,
-            socket,
-            &[
-                "--membership",
-                "sqlite",
-                "--sqlite-path",
-                db.to_str().unwrap(),
-                "--secret-file",
-                secret.to_str().unwrap(),
-                "--pod-name",
-                name,
-                "--beat-ms",
-                "1000",
-                "--ttl-ms",
-                "5000",
-            ],
-        )
+        Self::start_clustered_with(scratch, socket, name, db, secret, &[])
+    }
+
+    /// [`Sidecar::start_clustered`] with `extra` flags after the cluster's.
+    pub fn start_clustered_with(
+        scratch: &Scratch,
+        socket: &Path,
+        name: &str,
+        db: &Path,
+        secret: &Path,
+        extra: &[&str],
+    ) -> Sidecar {
+        let mut args = vec![
+            "--membership",
+            "sqlite",
+            "--sqlite-path",
+            db.to_str().unwrap(),
+            "--secret-file",
+            secret.to_str().unwrap(),
+            "--pod-name",
+            name,
+            "--beat-ms",
+            "1000",
+            "--ttl-ms",
+            "5000",
+        ];
+        args.extend_from_slice(extra);
+        Self::start_with(scratch, socket, &args)
     }
 
     /// A sidecar on `socket` with `args`, on free health and mesh ports (advertised as
