@@ -205,6 +205,10 @@ impl Activation {
     }
 }
 
+/// How long a Deactivate the app refused as late waits before it is sent again (the lease
+/// renews every beat).
+const LATE_DEACTIVATE_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Awaits a lifecycle turn (Activate, Deactivate) until the app answers it. At `deadline` it
 /// counts a timeout, warns and runs `overrun` (which answers the waiting callers), and then keeps
 /// waiting: the activation holds its claim, and counts as a turn in flight, until the app has
@@ -212,10 +216,6 @@ impl Activation {
 /// deadline would let another host (or this one) activate the actor while this app still runs
 /// its lifecycle code. The flag says whether the deadline passed first. An app that goes away
 /// answers every pending turn (`outcome-unknown`), so this never outlives the app.
-/// How long a Deactivate the app refused as late waits before it is sent again (the lease
-/// renews every beat).
-const LATE_DEACTIVATE_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
-
 async fn lifecycle_turn<F>(
     rt: &Runtime,
     actor: &ActorId,
@@ -558,17 +558,15 @@ async fn run(
             answer = Some(got);
         }
         if let Some(answer) = answer {
-            {
-                // Deactivate saves state; a superseded activation's writes are discarded (the
-                // store would refuse them, or they would overwrite what the failed commit left).
-                let outcome = if reason == v1::DeactivateReason::Superseded {
-                    answer.outcome
-                } else {
-                    rt.commit_answer(&actor, epoch, answer).await.outcome
-                };
-                if let Err(e) = rt.settle(outcome) {
-                    tracing::warn!(error = %e, "deactivate turn failed");
-                }
+            // Deactivate saves state; a superseded activation's writes are discarded (the
+            // store would refuse them, or they would overwrite what the failed commit left).
+            let outcome = if reason == v1::DeactivateReason::Superseded {
+                answer.outcome
+            } else {
+                rt.commit_answer(&actor, epoch, answer).await.outcome
+            };
+            if let Err(e) = rt.settle(outcome) {
+                tracing::warn!(error = %e, "deactivate turn failed");
             }
         }
     }
