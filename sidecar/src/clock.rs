@@ -62,6 +62,7 @@ struct ManualState {
     wall_origin: SystemTime,
     mono_offset: Duration,
     wall_offset: Duration,
+    wall_back: Duration,
 }
 
 impl ManualClock {
@@ -73,6 +74,7 @@ impl ManualClock {
                 wall_origin,
                 mono_offset: Duration::ZERO,
                 wall_offset: Duration::ZERO,
+                wall_back: Duration::ZERO,
             })),
         }
     }
@@ -88,6 +90,12 @@ impl ManualClock {
     pub fn suspend(&self, d: Duration) {
         self.inner.lock().expect("clock lock").wall_offset += d;
     }
+
+    /// The wall clock is stepped back by `d` (an NTP correction, an operator's `date -s`); the
+    /// monotonic clock does not move.
+    pub fn step_wall_back(&self, d: Duration) {
+        self.inner.lock().expect("clock lock").wall_back += d;
+    }
 }
 
 impl Clock for ManualClock {
@@ -97,7 +105,7 @@ impl Clock for ManualClock {
     }
     fn wall(&self) -> SystemTime {
         let s = self.inner.lock().expect("clock lock");
-        s.wall_origin + (Instant::now() - s.origin) + s.wall_offset
+        s.wall_origin + (Instant::now() - s.origin) + s.wall_offset - s.wall_back
     }
 }
 

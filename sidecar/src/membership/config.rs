@@ -58,6 +58,11 @@ pub enum SelfFence {
     /// §3): before any peer can expire it and place its actors elsewhere.
     #[default]
     OnExpiry,
+    /// DELIBERATELY BROKEN, for tests only: as `OnExpiry`, but elapsed time is judged on two
+    /// far-apart readings of each clock instead of the odometer (the rule before issue 12's
+    /// clock-step fix). A wall clock stepped back and then a suspend hide each other, and the
+    /// host serves turns after its peers expired it.
+    TwoReadings,
     /// DELIBERATELY BROKEN, for tests only: never judge the own lease. A host cut off from the
     /// store keeps serving its activations after its peers expired it and re-placed them.
     Never,

@@ -8,7 +8,7 @@ use super::MembershipError;
 use super::coalesce::{ReadFn, RefreshCoalescer};
 use super::config::{DeletionCheck, ExpiryCheck, MembershipConfig, SelfFence};
 use super::descriptor::{HostDescriptor, HostStatus};
-use super::heartbeat::{FenceReason, HeartbeatClock, LostCause};
+use super::heartbeat::{ElapsedRule, FenceReason, HeartbeatClock, LostCause};
 use super::load::{LoadBoard, LoadPolicy, LoadPublisher, LoadSource};
 use super::provider::{
     Change, ChangeBatch, DeleteOutcome, LeaseRecord, MembershipProvider, ProviderError,
@@ -281,7 +281,15 @@ pub async fn start(
     let inner = Arc::new(Inner {
         self_id: descriptor.id.clone(),
         stateful: descriptor.is_stateful(),
-        hb: HeartbeatClock::new(clock.clone(), cfg.ttl),
+        hb: HeartbeatClock::with_rule(
+            clock.clone(),
+            cfg.ttl,
+            if cfg.self_fence == SelfFence::TwoReadings {
+                ElapsedRule::TwoReadings
+            } else {
+                ElapsedRule::Odometer
+            },
+        ),
         desired: Mutex::new(descriptor.clone()),
         observed: Mutex::new(Observed {
             records: BTreeMap::new(),
@@ -485,7 +493,7 @@ impl Inner {
 
     fn check_and_lapse(&self) {
         if self.phase() == Phase::Serving
-            && self.cfg.self_fence == SelfFence::OnExpiry
+            && self.cfg.self_fence != SelfFence::Never
             && let Err(reason) = self.hb.check()
         {
             self.lapse(reason);

@@ -6,6 +6,16 @@
 //! the monotonic clock *or* the wall clock: a suspended VM's monotonic clock stands still (and so
 //! do the timers riding it), so only the wall clock notices the suspend.
 //!
+//! Elapsed time is read off an *odometer*, not off either clock alone: every time the clock is
+//! asked, the distance since the previous reading is added as the larger of the monotonic and the
+//! wall-clock advance (a wall clock that stepped back adds nothing). Comparing two far-apart
+//! readings of each clock is not enough: a wall clock stepped back by 30 s and then a 20 s
+//! suspend leave the wall side 10 s *behind* and the monotonic side unmoved, while 20 s really
+//! passed. The guard task asks the clock every check interval, so a step and a later suspend
+//! land in different readings. The price is on the safe side: a wall clock stepped back and then
+//! forward again inside one window counts the forward step as elapsed, and the host may fence
+//! early.
+//!
 //! Why the window counts from the *start* of a write: peers expire a host TTL (plus a drift
 //! margin) after they *observed* its write, which is never earlier than the write's start, so a
 //! host that fences at TTL after the start always fences before any peer can expire it.
@@ -90,10 +100,22 @@ impl std::error::Error for FenceReason {}
 struct Stamp {
     mono: Instant,
     wall: SystemTime,
+    /// The odometer at this reading: elapsed time since the clock was created, each step the
+    /// larger of the monotonic and the (forward) wall-clock advance.
+    odo: Duration,
+}
+
+impl Stamp {
+    /// How far the odometer ran from `self` to `later`.
+    fn elapsed_to(&self, later: &Stamp) -> Duration {
+        later.odo.saturating_sub(self.odo)
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
+    /// The last reading of the clocks, for the next odometer step.
+    last: Option<Stamp>,
     armed: bool,
     /// The start of the last confirmed write (or the arm).
     confirmed: Option<Stamp>,
@@ -102,11 +124,24 @@ struct State {
     latched: Option<FenceReason>,
 }
 
+/// How a [`HeartbeatClock`] measures elapsed time.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ElapsedRule {
+    /// The odometer (module docs).
+    #[default]
+    Odometer,
+    /// DELIBERATELY BROKEN, for tests only: two far-apart readings of each clock (the rule
+    /// before issue 12's clock-step fix), so a backward wall step hides a later suspend.
+    TwoReadings,
+}
+
 /// The lease-validity clock of one host. Cheap and synchronous: ask it before every activation,
 /// turn dispatch and directory `Collect` answer.
 pub struct HeartbeatClock {
     clock: SharedClock,
     ttl: Duration,
+    rule: ElapsedRule,
     state: Mutex<State>,
     /// How long each lease write took, by outcome (`/metrics`).
     renewals: crate::metrics::OutcomeHistogram,
@@ -124,9 +159,16 @@ impl fmt::Debug for HeartbeatClock {
 impl HeartbeatClock {
     /// A disarmed clock for a lease of `ttl`.
     pub fn new(clock: SharedClock, ttl: Duration) -> Self {
+        Self::with_rule(clock, ttl, ElapsedRule::Odometer)
+    }
+
+    /// A disarmed clock measuring elapsed time by `rule` (tests of the broken variant).
+    #[doc(hidden)]
+    pub fn with_rule(clock: SharedClock, ttl: Duration, rule: ElapsedRule) -> Self {
         HeartbeatClock {
             clock,
             ttl,
+            rule,
             state: Mutex::new(State::default()),
             renewals: Default::default(),
         }
@@ -149,19 +191,46 @@ impl HeartbeatClock {
         self.ttl
     }
 
-    fn stamp(&self) -> Stamp {
-        Stamp {
-            mono: self.clock.now(),
-            wall: self.clock.wall(),
+    /// Elapsed time from `start` to `now` as this clock's rule measures it.
+    fn elapsed(&self, start: &Stamp, now: &Stamp) -> Duration {
+        match self.rule {
+            ElapsedRule::Odometer => start.elapsed_to(now),
+            ElapsedRule::TwoReadings => {
+                let by_mono = now.mono.saturating_duration_since(start.mono);
+                let by_wall = now
+                    .wall
+                    .duration_since(start.wall)
+                    .unwrap_or(Duration::ZERO);
+                by_mono.max(by_wall)
+            }
         }
+    }
+
+    /// Reads both clocks and runs the odometer forward. Called with the state locked, so
+    /// readings are ordered.
+    fn stamp(&self, s: &mut State) -> Stamp {
+        let mono = self.clock.now();
+        let wall = self.clock.wall();
+        let odo = match s.last {
+            None => Duration::ZERO,
+            Some(last) => {
+                let by_mono = mono.saturating_duration_since(last.mono);
+                let by_wall = wall.duration_since(last.wall).unwrap_or(Duration::ZERO);
+                last.odo + by_mono.max(by_wall)
+            }
+        };
+        let now = Stamp { mono, wall, odo };
+        s.last = Some(now);
+        now
     }
 
     /// Starts the window now, before the first lease write is attempted (the join included).
     /// Re-arming (a worker-only host rejoining) starts a fresh window and clears the latch.
     pub fn arm(&self) {
-        let now = self.stamp();
         let mut s = self.state.lock().expect("heartbeat lock");
+        let now = self.stamp(&mut s);
         *s = State {
+            last: Some(now),
             armed: true,
             confirmed: Some(now),
             pending: None,
@@ -171,7 +240,11 @@ impl HeartbeatClock {
 
     /// Stops judging (after a deliberate leave): silent again, as before `arm()`.
     pub fn disarm(&self) {
-        *self.state.lock().expect("heartbeat lock") = State::default();
+        let mut s = self.state.lock().expect("heartbeat lock");
+        *s = State {
+            last: s.last,
+            ..State::default()
+        };
     }
 
     /// Whether `arm()` was called (and not undone by `disarm()`).
@@ -181,8 +254,9 @@ impl HeartbeatClock {
 
     /// A lease write is about to start: remember when.
     pub fn beat(&self) {
-        let now = self.stamp();
-        self.state.lock().expect("heartbeat lock").pending = Some(now);
+        let mut s = self.state.lock().expect("heartbeat lock");
+        let now = self.stamp(&mut s);
+        s.pending = Some(now);
     }
 
     /// The write started by the last `beat()` succeeded: the window now counts from its start.
@@ -219,8 +293,8 @@ impl HeartbeatClock {
 
     /// Is the lease still valid right now, on both clocks? Latches the first reason it finds.
     pub fn check(&self) -> Result<(), FenceReason> {
-        let now = self.stamp();
         let mut s = self.state.lock().expect("heartbeat lock");
+        let now = self.stamp(&mut s);
         if !s.armed {
             return Ok(());
         }
@@ -232,12 +306,9 @@ impl HeartbeatClock {
         };
         let reason = if now.mono.saturating_duration_since(start.mono) > self.ttl {
             Some(FenceReason::SuspectMonotonic)
-        } else if now
-            .wall
-            .duration_since(start.wall)
-            // A wall clock stepped backwards says nothing about elapsed time: not suspect.
-            .is_ok_and(|elapsed| elapsed > self.ttl)
-        {
+        } else if self.elapsed(&start, &now) > self.ttl {
+            // The odometer ran past the TTL while the monotonic clock did not: the wall clock
+            // saw time the monotonic clock missed (a suspend), even if it was stepped back too.
             Some(FenceReason::SuspectWall)
         } else {
             None
@@ -261,8 +332,8 @@ impl HeartbeatClock {
     /// Why wall time: the bound travels to the app as an absolute not-after on the pod's wall
     /// clock, the one clock app and sidecar share that keeps running across a VM suspend.
     pub fn valid_until(&self) -> Option<SystemTime> {
-        let now = self.stamp();
-        let s = self.state.lock().expect("heartbeat lock");
+        let mut s = self.state.lock().expect("heartbeat lock");
+        let now = self.stamp(&mut s);
         if !s.armed {
             return None;
         }
@@ -270,23 +341,31 @@ impl HeartbeatClock {
             return Some(now.wall);
         }
         let start = s.confirmed?;
-        let by_wall = start.wall + self.ttl;
-        let mono_end = start.mono + self.ttl;
-        let by_mono = match mono_end.checked_duration_since(now.mono) {
+        // The odometer is never behind either clock's own advance, so this is the earlier of the
+        // wall and the monotonic ends, and a wall clock stepped back stretches nothing.
+        let elapsed = self.elapsed(&start, &now);
+        Some(match self.ttl.checked_sub(elapsed) {
             Some(left) => now.wall + left,
-            None => now
-                .wall
-                .checked_sub(now.mono.saturating_duration_since(mono_end))
-                .unwrap_or(now.wall),
-        };
-        Some(by_wall.min(by_mono))
+            None => now.wall.checked_sub(elapsed - self.ttl).unwrap_or(now.wall),
+        })
     }
 
     /// The monotonic instant at which the lease lapses unless a write is confirmed first (None
     /// before `arm()`). The wall-clock side cannot be slept on; callers also poll `check()`.
     pub fn deadline(&self) -> Option<Instant> {
         let s = self.state.lock().expect("heartbeat lock");
-        s.confirmed.filter(|_| s.armed).map(|c| c.mono + self.ttl)
+        let start = s.confirmed.filter(|_| s.armed)?;
+        // Whatever the odometer gained over the monotonic clock since the start (a suspend)
+        // brings the monotonic deadline forward.
+        let ahead = s.last.map_or(Duration::ZERO, |last| {
+            self.elapsed(&start, &last)
+                .saturating_sub(last.mono.saturating_duration_since(start.mono))
+        });
+        Some(
+            (start.mono + self.ttl)
+                .checked_sub(ahead)
+                .unwrap_or(start.mono),
+        )
     }
 }
 
@@ -401,6 +480,52 @@ mod tests {
         // The monotonic side still judges.
         tokio::time::sleep(TTL + Duration::from_millis(1)).await;
         assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
+    }
+
+    /// Regression (issue 12, found by the simulator's clock-step faults): a wall clock stepped
+    /// back inside a lease window, then a suspend longer than what is left of it. Judged on two
+    /// far-apart readings, the wall side is behind where it started and the monotonic side has
+    /// not moved, so the host kept serving turns after peers had expired it.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_after_a_backward_wall_step_is_still_a_suspend() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        hb.beat();
+        hb.confirmed();
+        clock.advance(Duration::from_secs(2));
+        clock.step_wall_back(Duration::from_secs(30));
+        assert_eq!(hb.check(), Ok(()), "a step back alone is not suspicion");
+        clock.suspend(TTL);
+        // The wall side now reads 17 s *before* the confirmed start; 17 s really passed.
+        assert!(hb.valid_until().unwrap() < clock.wall());
+        assert!(hb.deadline().unwrap() <= clock.now());
+        assert_eq!(hb.check(), Err(FenceReason::SuspectWall));
+
+        // The rule before the fix, on the same clocks, misses it: this test can fail.
+        let (clock, _) = fixture();
+        let hb = HeartbeatClock::with_rule(Arc::new(clock.clone()), TTL, ElapsedRule::TwoReadings);
+        hb.arm();
+        clock.advance(Duration::from_secs(2));
+        clock.step_wall_back(Duration::from_secs(30));
+        assert_eq!(hb.check(), Ok(()));
+        clock.suspend(TTL);
+        assert_eq!(hb.check(), Ok(()), "the broken rule sees no suspend");
+    }
+
+    /// The deadline the guard task sleeps on comes forward by a suspend the clock has seen, so
+    /// the guard does not sleep past a lapse it could already know about.
+    #[tokio::test(start_paused = true)]
+    async fn a_seen_suspend_brings_the_monotonic_deadline_forward() {
+        let (clock, hb) = fixture();
+        hb.arm();
+        let full = hb.deadline().unwrap();
+        clock.suspend(Duration::from_secs(5));
+        assert_eq!(
+            hb.valid_until(),
+            Some(clock.wall() + TTL - Duration::from_secs(5))
+        );
+        assert_eq!(hb.deadline(), Some(full - Duration::from_secs(5)));
+        assert_eq!(hb.check(), Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

@@ -57,7 +57,7 @@ pub use config::{
 };
 pub use descriptor::{DescriptorError, HostDescriptor, HostLoad, HostStatus};
 pub use handle::{MembershipCounters, MembershipHandle, Subscription, start};
-pub use heartbeat::{FenceReason, HeartbeatClock, LostCause};
+pub use heartbeat::{ElapsedRule, FenceReason, HeartbeatClock, LostCause};
 pub use kubernetes::{KubernetesConfigError, KubernetesOptions, KubernetesProvider};
 pub use load::{LoadBoard, LoadPolicy, LoadPublisher, LoadSample, LoadSource};
 pub use memory::{MemoryHub, MemoryProvider};
