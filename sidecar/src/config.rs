@@ -292,6 +292,11 @@ pub enum ConfigError {
     )]
     TtlTooShort { ttl: u64, beat: u64 },
     #[error(
+        "SIGX_TTL_MS={ttl} is longer than the 600000 ms maximum (the ActorCluster CRD's own \
+         bound): a dead host's actors would wait that long to move to a live one. Lower the TTL."
+    )]
+    TtlTooLong { ttl: u64 },
+    #[error(
         "no mesh secret: set SIGX_SECRET_FILE (or SIGX_SECRET), or pass --insecure to state in \
          writing that the mesh is unreachable by untrusted callers"
     )]
@@ -518,6 +523,9 @@ impl Args {
                 ttl: ttl_ms,
                 beat: beat_ms,
             });
+        }
+        if Duration::from_millis(ttl_ms) > crate::membership::config::MAX_TTL {
+            return Err(ConfigError::TtlTooLong { ttl: ttl_ms });
         }
         // A window longer than a beat would leave views a heartbeat or more behind what the
         // store announced; the seed's coalesceMs is a few tens of milliseconds.

@@ -24,6 +24,14 @@ fn ttl_must_exceed_twice_the_beat() {
 }
 
 #[test]
+fn ttl_is_at_most_ten_minutes() {
+    let err = args(&["--ttl-ms", "600001"]).validate().unwrap_err();
+    assert!(matches!(err, ConfigError::TtlTooLong { .. }), "{err}");
+    assert!(err.to_string().contains("SIGX_TTL_MS=600001"), "{err}");
+    assert!(args(&["--ttl-ms", "600000"]).validate().is_ok());
+}
+
+#[test]
 fn bad_values_are_named() {
     let err = args(&["--health-addr", "nope"]).validate().unwrap_err();
     assert!(

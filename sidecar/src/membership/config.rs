@@ -101,6 +101,20 @@ impl Default for MembershipConfig {
     }
 }
 
+/// The longest lease TTL a host may publish, and the longest any observer honours.
+///
+/// Why a bound at all: a peer expires a silent host only after the TTL the host itself wrote
+/// into its record, so a record claiming days (a typo, an old writer, a hand-edited Lease) would
+/// hold its partitions and actors hostage for days. Ten minutes (the ActorCluster CRD's own bound on `ttlSeconds`) is far past any sensible
+/// failover budget, and a host cannot be configured above it, so clamping a longer TTL read from
+/// a record only ever shortens a lease no correct sidecar wrote.
+pub const MAX_TTL: Duration = Duration::from_secs(600);
+
+/// A TTL read from a published record, bounded by [`MAX_TTL`].
+pub(crate) fn published_ttl(ttl: Duration) -> Duration {
+    ttl.min(MAX_TTL)
+}
+
 /// A membership timing that cannot work.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MembershipConfigError {
@@ -117,6 +131,15 @@ pub enum MembershipConfigError {
         ttl: Duration,
         /// The configured heartbeat interval.
         beat: Duration,
+    },
+    /// TTL above [`MAX_TTL`]: a dead host would hold its actors for longer than that.
+    #[error(
+        "the membership TTL ({ttl:?}) is longer than the 600 s maximum: a dead host's actors \
+         would wait that long to move; lower SIGX_TTL_MS"
+    )]
+    TtlTooLong {
+        /// The configured TTL.
+        ttl: Duration,
     },
 }
 
@@ -166,12 +189,29 @@ pub fn validate_timing(beat: Duration, ttl: Duration) -> Result<(), MembershipCo
     if ttl <= beat * 2 {
         return Err(MembershipConfigError::TtlTooShort { ttl, beat });
     }
+    if ttl > MAX_TTL {
+        return Err(MembershipConfigError::TtlTooLong { ttl });
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ttl_is_bounded_and_published_ttls_are_clamped() {
+        assert_eq!(validate_timing(Duration::from_secs(5), MAX_TTL), Ok(()));
+        let long = MAX_TTL + Duration::from_millis(1);
+        let err = validate_timing(Duration::from_secs(5), long).unwrap_err();
+        assert_eq!(err, MembershipConfigError::TtlTooLong { ttl: long });
+        assert!(err.to_string().contains("SIGX_TTL_MS"), "{err}");
+        assert_eq!(published_ttl(Duration::from_millis(u64::MAX)), MAX_TTL);
+        assert_eq!(
+            published_ttl(Duration::from_secs(15)),
+            Duration::from_secs(15)
+        );
+    }
 
     #[test]
     fn ttl_must_exceed_twice_the_beat() {

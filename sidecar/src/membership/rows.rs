@@ -26,7 +26,7 @@ pub(crate) fn lease_record(
         descriptor,
         holder,
         renew: version.to_string(),
-        ttl: Duration::from_millis(ttl_ms.max(0) as u64),
+        ttl: super::config::published_ttl(Duration::from_millis(ttl_ms.max(0) as u64)),
         version: version as u64,
     })
 }

@@ -153,6 +153,8 @@ pub fn record_of(lease: &Lease) -> Result<LeaseRecord, ProviderError> {
                 .map(|s| Duration::from_secs(s.max(0) as u64))
         })
         .unwrap_or(Duration::from_secs(15));
+    // A record cannot hold its host's actors longer than any sidecar may be configured to.
+    let ttl = crate::membership::config::published_ttl(ttl);
     let version = lease
         .metadata
         .resource_version
@@ -591,6 +593,23 @@ mod tests {
             .unwrap()
             .insert(TTL_ANNOTATION.into(), "1500".into());
         assert_eq!(record_of(&lease).unwrap().ttl, Duration::from_millis(1500));
+        // A TTL no sidecar may be configured with is clamped, so the record still expires.
+        lease
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(TTL_ANNOTATION.into(), u64::MAX.to_string());
+        assert_eq!(
+            record_of(&lease).unwrap().ttl,
+            crate::membership::config::MAX_TTL
+        );
+        lease
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(TTL_ANNOTATION.into(), "1500".into());
         lease.metadata.annotations = None;
         assert!(matches!(
             record_of(&lease),
