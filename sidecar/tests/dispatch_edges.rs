@@ -177,10 +177,60 @@ async fn a_dispatch_on_a_chosen_host_runs_there_and_is_counted_as_targeted() {
     );
 }
 
-/// A turn longer than `--slow-turn-ms` counts as slow (the warning's counter) and still
-/// answers; a quick one does not count.
+/// Everything the process logs at WARN, as JSON lines (the sidecar's own log format), for the
+/// slow-turn test to read back. Process-wide: this binary's other tests log into it too, so the
+/// reader filters by actor and method.
+fn captured_warnings() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = buf.clone();
+        tracing_subscriber::fmt()
+            .json()
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || Capture(sink.clone()))
+            .try_init()
+            .expect("the slow-turn test installs the only subscriber of this binary");
+        buf
+    })
+    .clone()
+}
+
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The slow-turn warnings logged for `actor`'s `method`, as parsed JSON lines.
+fn slow_turn_lines(log: &std::sync::Mutex<Vec<u8>>, actor: &str, method: &str) -> Vec<String> {
+    let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    text.lines()
+        .filter(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON log line");
+            let f = &v["fields"];
+            f["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("slow turn"))
+                && f["actor"] == actor
+                && f["method"] == method
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// A turn longer than `--slow-turn-ms` counts as slow (the warning's counter), logs one WARN
+/// line naming the actor, the method and the threshold, and still answers; a quick one neither
+/// counts nor logs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_past_the_slow_turn_threshold_is_counted_and_still_answers() {
+    let log = captured_warnings();
     let dir = tempdir();
     let host = start_host(dir.path(), &["--slow-turn-ms", "50"]).await;
     let _app = TestApp::start(
@@ -215,6 +265,12 @@ async fn a_turn_past_the_slow_turn_threshold_is_counted_and_still_answers() {
         b"s"
     );
     assert_eq!(host.runtime.counters().snapshot()["slowTurns"], 1);
+    assert!(slow_turn_lines(&log, "Counter/a", "quick").is_empty());
+    let lines = slow_turn_lines(&log, "Counter/a", "slow");
+    assert_eq!(lines.len(), 1, "one warning per slow turn: {lines:?}");
+    let line: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["fields"]["after_ms"], 50, "{line}");
 }
 
 /// A fenced host keeps serving its own workers (the seed's rule; workers carry no
