@@ -17,11 +17,13 @@
 {{- end }}
 {{- end }}
 
-{{/* Prefix of the release's cluster-scoped or cross-namespace objects that are not the
-operator's own (FlowSchema, sidecar NetworkPolicies): the full name without "-operator". */}}
+{{/* Prefix of the release's objects that concern the sidecars, not the operator (PodMonitor,
+FlowSchema): fullnameOverride, else the full name without "-operator". */}}
 {{- define "sigx.prefix" -}}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else if contains $name .Release.Name }}
 {{- .Release.Name | trunc 40 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
