@@ -10,7 +10,12 @@
 #   - the chart's CRDs are the generated ones (modulo Helm labels/annotations);
 #   - the CRD schemas are structural (scripts/lib/structural.py);
 #   - the example CRs match the CRD schemas with strict field validation (scripts/lib/validate_crs.py);
-#   - the operator's ClusterRole covers the Lease Role it grants the sidecars.
+#   - the operator's ClusterRole covers the Lease Role it grants the sidecars;
+#   - the platform options (serviceMonitor, podMonitor, networkPolicy, flowSchema) are off by
+#     default; on, the built-in kinds pass kubernetes-validate, and scripts/lib/check_selectors.py
+#     checks that their selectors, ports and subjects aim at what the operator renders (with
+#     canaries: a wrong selector, port or namespace must be refused), and values.schema.json
+#     refuses a wrong type for each.
 # Tools come from scripts/install-tools.sh (run here; it is idempotent): helm in .tools/bin,
 # kubernetes-validate and PyYAML in the venv .tools/venv, whose Python runs every check here.
 set -euo pipefail
@@ -160,6 +165,128 @@ missing = [(g, res, v) for r in granted for g in r["apiGroups"] for res in r["re
            for v in r["verbs"] if not covered(g, res, v)]
 assert not missing, f"operator cannot grant: {missing}"
 PY
+
+# The platform options (issue 20), all on. The sidecar NetworkPolicy and the FlowSchema name the
+# namespace and ActorCluster of the rendered examples (sigx-demo, render_examples.rs; demo,
+# examples/k8s/cluster.yaml), so check_selectors.py can hold them against the real pods.
+ON_VALUES=(--set serviceMonitor.enabled=true --set serviceMonitor.interval=30s
+    --set 'serviceMonitor.labels.release=prometheus' --set podMonitor.enabled=true
+    --set networkPolicy.enabled=true
+    --set 'networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring'
+    --set 'networkPolicy.sidecars.clusters[0].namespace=sigx-demo'
+    --set 'networkPolicy.sidecars.clusters[0].name=demo'
+    --set 'networkPolicy.sidecars.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\.io/metadata\.name=monitoring'
+    --set 'networkPolicy.sidecars.extraIngress[0].ports[0].port=8080'
+    --set flowSchema.enabled=true --set 'flowSchema.namespaces={sigx-demo}')
+OPTION_KINDS='^kind: (Service|ServiceMonitor|PodMonitor|NetworkPolicy|FlowSchema|PriorityLevelConfiguration)$'
+ROUTES=(operator/src/server.rs sidecar/src/health.rs)
+
+off_by_default() { grep -q '^kind: Deployment' "${OUT}/chart.yaml" && ! grep -Eq "${OPTION_KINDS}" "${OUT}/chart.yaml"; }
+check "platform options are off by default" off_by_default
+check "helm lint --strict (platform options on)" "${HELM}" lint --strict "${CHART}" "${ON_VALUES[@]}"
+# render_on FILE [ARGS]: the chart with every option on (and ARGS) into FILE.
+render_on() {
+    local file="$1"
+    shift
+    "${HELM}" template sigx "${CHART}" --namespace sigx-system "${ON_VALUES[@]}" "$@" >"${file}"
+}
+check "helm template (platform options on)" render_on "${OUT}/chart-on.yaml"
+# kubernetes-validate knows only the built-in kinds (it warns and passes on others), so the
+# Prometheus Operator's kinds go to check_selectors.py alone, and a kind without a schema fails.
+split_on() {
+    "${PYTHON}" - "${OUT}/chart-on.yaml" "${OUT}/chart-on-builtin.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+monitoring = sorted(d["kind"] for d in docs if d["apiVersion"] == "monitoring.coreos.com/v1")
+assert monitoring == ["PodMonitor", "ServiceMonitor"], monitoring
+yaml.safe_dump_all([d for d in docs if d["apiVersion"] != "monitoring.coreos.com/v1"], open(sys.argv[2], "w"))
+PY
+}
+check "platform options render a ServiceMonitor and a PodMonitor, split from the built-in kinds" split_on
+check "kubernetes-validate ${K8S_VERSION}: chart (platform options on, built-in kinds)" \
+    "${VALIDATE[@]}" "${OUT}/chart-on-builtin.yaml"
+# unknown_kinds FILE: the kinds kubernetes-validate has no schema for (it says so, and passes).
+unknown_kinds() {
+    "${ROOT}/.tools/venv/bin/kubernetes-validate" -k "${K8S_VERSION}" --strict "$1" 2>&1 |
+        grep -io "couldn't find schema for kind [A-Za-z]*" || true
+}
+every_kind_known() { [[ -z "$(unknown_kinds "${OUT}/chart-on-builtin.yaml")" ]]; }
+check "kubernetes-validate ${K8S_VERSION} has a schema for every built-in kind the options render" every_kind_known
+monitors_unknown() { [[ "$(unknown_kinds "${OUT}/chart-on.yaml" | sort | awk '{print $NF}' | xargs)" == "PodMonitor ServiceMonitor" ]]; }
+check "kubernetes-validate ${K8S_VERSION} reports the Prometheus Operator kinds as unknown (canary)" monitors_unknown
+check "selectors, ports and subjects of the platform options match the rendered pods" \
+    "${PYTHON}" scripts/lib/check_selectors.py "${OUT}/chart-on.yaml" "${OUT}/rendered.yaml" "${ROUTES[@]}"
+
+# Canaries: check_selectors.py must refuse a render with one thing wrong. mutated EDIT writes the
+# all-on render with EDIT applied (a Python statement; k(kind, name) is the first such object).
+mutated() {
+    "${PYTHON}" - "${OUT}/chart-on.yaml" "${OUT}/mutated.yaml" "$1" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+def k(kind, name=None):
+    return next(d for d in docs if d["kind"] == kind and name in (None, d["metadata"]["name"]))
+exec(sys.argv[3])
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"))
+PY
+}
+# selectors_refuse FILE EXPECTED: check_selectors.py fails on FILE, saying EXPECTED.
+selectors_refuse() {
+    ! "${PYTHON}" scripts/lib/check_selectors.py "$1" "${OUT}/rendered.yaml" "${ROUTES[@]}" >"${OUT}/selectors.log" &&
+        grep -qF "$2" "${OUT}/selectors.log"
+}
+canary() { mutated "$1" && selectors_refuse "${OUT}/mutated.yaml" "$2"; }
+check "selector check refuses a PodMonitor selecting other pods (canary)" canary \
+    'k("PodMonitor")["spec"]["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] = "sigx"' \
+    "its selector does not select the pod of sigx-demo/web"
+check "selector check refuses a PodMonitor port the sidecar does not have (canary)" canary \
+    'k("PodMonitor")["spec"]["podMetricsEndpoints"][0]["port"] = "metrics"' \
+    "port 'metrics' is not a port of the sidecar"
+check "selector check refuses a PodMonitor that also selects the operator (canary)" canary \
+    'k("PodMonitor")["spec"]["selector"] = {}' "also selects the pod of sigx-system"
+check "selector check refuses a ServiceMonitor selecting no Service (canary)" canary \
+    'k("ServiceMonitor")["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] = "sidecar"' \
+    "select no Service of the chart"
+check "selector check refuses a ServiceMonitor port the Service does not have (canary)" canary \
+    'k("ServiceMonitor")["spec"]["endpoints"][0]["port"] = "metrics"' "is not a port of Service"
+check "selector check refuses a sidecar NetworkPolicy closing the mesh to its own cluster (canary)" canary \
+    'k("NetworkPolicy", "demo-sigx-sidecars")["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["actors.sigx.dev/cluster"] = "other"' \
+    "is closed to the pod of sigx-demo/engine of the same cluster"
+check "selector check refuses a NetworkPolicy port the pods do not have (canary)" canary \
+    'k("NetworkPolicy", "demo-sigx-sidecars")["spec"]["ingress"][0]["ports"][0]["port"] = "meshh"' \
+    "port 'meshh' is no port of the pod"
+check "selector check refuses a new object without the app.kubernetes.io labels (canary)" canary \
+    'del k("FlowSchema")["metadata"]["labels"]["app.kubernetes.io/part-of"]' \
+    "no app.kubernetes.io/ label(s) ['part-of']"
+elsewhere_refused() {
+    render_on "${OUT}/chart-elsewhere.yaml" --set 'flowSchema.namespaces={elsewhere}' \
+        --set 'podMonitor.namespaces={elsewhere}' &&
+        selectors_refuse "${OUT}/chart-elsewhere.yaml" "no subject matches ServiceAccount sigx-demo/demo-sigx" &&
+        grep -qF "does not admit namespace sigx-demo" "${OUT}/selectors.log"
+}
+check "selector check refuses a FlowSchema and a PodMonitor for another namespace (canary)" elsewhere_refused
+
+# helm_refuses EXPECTED ARGS: `helm template` with ARGS fails, saying EXPECTED (so the schema,
+# not some other error, refused it).
+helm_refuses() {
+    local expected="$1"
+    shift
+    ! "${HELM}" template sigx "${CHART}" "$@" >"${OUT}/refused.log" 2>&1 &&
+        grep -qF "${expected}" "${OUT}/refused.log"
+}
+for option in serviceMonitor.enabled podMonitor.enabled networkPolicy.enabled flowSchema.enabled; do
+    check "values.schema.json refuses a wrong type for ${option} (canary)" \
+        helm_refuses "${option}: Invalid type. Expected: boolean, given: string" --set "${option}=yes"
+done
+check "values.schema.json refuses a wrong type for podMonitor.namespaces (canary)" \
+    helm_refuses "podMonitor.namespaces: Invalid type. Expected: array" --set podMonitor.namespaces=apps
+check "values.schema.json refuses a wrong type for networkPolicy.sidecars.clusters (canary)" \
+    helm_refuses "networkPolicy.sidecars.clusters: Invalid type. Expected: array" \
+    --set networkPolicy.sidecars.clusters=demo
+check "values.schema.json refuses a flowSchema precedence that loses to service-accounts (canary)" \
+    helm_refuses "flowSchema.matchingPrecedence: Must be less than or equal to 8999" \
+    --set flowSchema.matchingPrecedence=9000
+check "flowSchema without namespaces (and no watchNamespace) is refused" \
+    helm_refuses "flowSchema.enabled needs flowSchema.namespaces" --set flowSchema.enabled=true
 
 echo "check-manifests: ${passed} passed, ${failed} failed"
 [[ "${failed}" -eq 0 ]]
