@@ -6,7 +6,7 @@
 use sigx_e2e::sim::faults::{Named, corpus};
 use sigx_e2e::sim::{self, Promise, SimConfig, SimReport};
 use sigx_sidecar::directory::ProtocolFaults;
-use sigx_sidecar::membership::{DeletionCheck, ExpiryCheck};
+use sigx_sidecar::membership::{DeletionCheck, ExpiryCheck, SelfFence};
 use std::time::Duration;
 
 /// Workload seeds each schedule runs under.
@@ -137,5 +137,17 @@ fn d_third_party_deletion_is_clean() {
 fn d_third_party_deletion_is_caught_when_peers_trust_the_deletion() {
     caught("D_third_party_deletion", |c| {
         c.deletion_check = DeletionCheck::TrustDeletion;
+    });
+}
+
+#[test]
+fn s_wall_step_back_then_suspend_is_clean() {
+    clean("S_wall_step_back_then_suspend", |_| {});
+}
+
+#[test]
+fn s_wall_step_back_then_suspend_is_caught_on_two_clock_readings() {
+    caught("S_wall_step_back_then_suspend", |c| {
+        c.self_fence = SelfFence::TwoReadings;
     });
 }

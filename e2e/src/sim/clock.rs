@@ -1,4 +1,4 @@
-//! A host's clocks in the simulation, with VM suspend.
+//! A host's clocks in the simulation, with VM suspend and backward wall-clock steps.
 //!
 //! Turmoil gives every host its own paused tokio runtime, so `tokio::time::Instant` is only
 //! comparable within one host. A [`SimClock`] is created inside its host and only read there.
@@ -22,6 +22,8 @@ struct State {
     suspended_since: Option<Instant>,
     /// Monotonic time lost to suspends so far.
     lost: Duration,
+    /// How far the wall clock was stepped back so far (NTP corrections, `date -s`).
+    wall_back: Duration,
 }
 
 /// One host's monotonic and wall clocks.
@@ -39,6 +41,7 @@ impl SimClock {
                 wall_origin,
                 suspended_since: None,
                 lost: Duration::ZERO,
+                wall_back: Duration::ZERO,
             })),
         }
     }
@@ -60,6 +63,13 @@ impl SimClock {
     }
 }
 
+impl SimClock {
+    /// Steps the wall clock back by `d`; the monotonic clock does not move.
+    pub fn step_wall_back(&self, d: Duration) {
+        self.state.lock().expect("clock lock").wall_back += d;
+    }
+}
+
 impl Clock for SimClock {
     fn now(&self) -> Instant {
         let s = self.state.lock().expect("clock lock");
@@ -69,6 +79,6 @@ impl Clock for SimClock {
     fn wall(&self) -> SystemTime {
         let s = self.state.lock().expect("clock lock");
         let t = s.suspended_since.unwrap_or_else(Instant::now);
-        s.wall_origin + (t - s.origin)
+        s.wall_origin + (t - s.origin) - s.wall_back
     }
 }

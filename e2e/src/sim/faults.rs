@@ -34,6 +34,10 @@ pub enum Fault {
     Latency { max_ms: u64, dur_ms: u64 },
     /// A VM suspend of one host.
     Suspend { slot: usize, dur_ms: u64 },
+    /// One host's wall clock is stepped back (an NTP correction, `date -s`); its monotonic
+    /// clock does not move. Only in named schedules: adding it to the random mix would change
+    /// every seed's schedule.
+    WallStepBack { slot: usize, back_ms: u64 },
     /// Every mesh connection of one host is reset (messages in flight are lost).
     ResetConnections { slot: usize },
     /// A rolling restart: each serving host in turn is replaced (join, then graceful leave).
@@ -85,6 +89,7 @@ impl Fault {
             | Fault::StallFeed { dur_ms, .. }
             | Fault::FeedUntilJoining { dur_ms, .. } => *dur_ms,
             Fault::Crash { .. }
+            | Fault::WallStepBack { .. }
             | Fault::Leave { .. }
             | Fault::Join
             | Fault::ResetConnections { .. }
@@ -247,6 +252,40 @@ pub fn corpus() -> Vec<Named> {
                     },
                 ),
                 at(1010, Fault::DeleteRecord { slot: 0 }),
+            ]),
+        },
+        Named {
+            name: "S_wall_step_back_then_suspend",
+            what: "h1 loses the membership store (no write confirms after this); its wall clock \
+                   is stepped back by 30 s; then its VM is suspended for three TTLs and resumes \
+                   still cut off from the store, so no write tells it its record is gone. Judged \
+                   on two readings of each clock, the wall side resumes behind where the lease \
+                   window started and the monotonic side lost the suspend: h1 counts its lease \
+                   valid and runs its callers' turns on actors h2 re-activated meanwhile.",
+            hosts: 2,
+            actors: 16,
+            schedule: Schedule(vec![
+                at(
+                    1400,
+                    Fault::IsolateStore {
+                        slot: 0,
+                        dur_ms: 5000,
+                    },
+                ),
+                at(
+                    1500,
+                    Fault::WallStepBack {
+                        slot: 0,
+                        back_ms: 30_000,
+                    },
+                ),
+                at(
+                    1800,
+                    Fault::Suspend {
+                        slot: 0,
+                        dur_ms: 3000,
+                    },
+                ),
             ]),
         },
     ]

@@ -331,6 +331,7 @@ pub async fn run(
         match cmd {
             Command::Suspend => parts.suspend(),
             Command::Resume => parts.resume(),
+            Command::WallStepBack(d) => parts.clock.step_wall_back(d),
             Command::ResetConnections => me.resets.reset_all(),
             Command::Probe {
                 key,

@@ -511,6 +511,11 @@ impl<'a> Driver<'a> {
                     self.send(&x, Command::ResetConnections);
                 }
             }
+            Fault::WallStepBack { slot, back_ms } => {
+                if let Some(x) = self.slot(slot) {
+                    self.send(&x, Command::WallStepBack(Duration::from_millis(back_ms)));
+                }
+            }
             Fault::LaggingJoin { slot, dur_ms } => {
                 // The laggard's watch stalls right after it has seen the newcomer's first
                 // record (`joining`): it knows the peer, but not that it became active.

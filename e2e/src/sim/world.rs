@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 /// What happened, as the checker needs it.
@@ -152,6 +153,8 @@ pub struct LeaseTrack {
 pub enum Command {
     Suspend,
     Resume,
+    /// The host's wall clock steps back by this much (its monotonic clock does not move).
+    WallStepBack(Duration),
     Leave,
     ResetConnections,
     /// Call `key` (a probe: liveness or recovery). `retry_until_ok` keeps calling until `Ok`
