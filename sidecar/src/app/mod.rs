@@ -285,6 +285,13 @@ impl ActorHost for AppService {
                     Some(Ok(_)) => {
                         tracing::warn!("app sent a second Register or an empty message: ignored");
                     }
+                    // After the sidecar ended its side (a completed drain), the app exiting
+                    // is the expected end; how its transport says goodbye (often an h2 reset)
+                    // is not a failure worth a warning.
+                    Some(Err(status)) if session.has_ended() => {
+                        tracing::debug!(%status, "app stream closed after the drain");
+                        break;
+                    }
                     Some(Err(status)) => {
                         tracing::warn!(%status, "app stream failed");
                         break;

@@ -239,6 +239,11 @@ impl AppSession {
         let _ = rx.wait_for(|e| *e).await;
     }
 
+    /// Whether the sidecar ended its side of the stream ([`AppSession::end_stream`]).
+    pub fn has_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
     /// Whether the app's stream has closed.
     pub fn is_closed(&self) -> bool {
         *self.closed.borrow()
