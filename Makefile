@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 500
 SEED_START ?= 0
 
-.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz
+.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz fuzz-smoke
 
 all: build
 
@@ -22,8 +22,9 @@ demo: build
 	$(BIN)/sigx dev up --hosts 3 --workload 1000 --exit-after-workload --dir .sigx/demo
 
 ## test: every test of the workspace, the stock-client tests in Python, Node.js and Go, the
-## dashboard's browser test, then the manifest checks (helm lint, kubernetes-validate).
-test: test-rust test-lang test-dashboard check-manifests
+## dashboard's browser test, the manifest checks (helm lint, kubernetes-validate), then a short
+## run of every fuzz target.
+test: test-rust test-lang test-dashboard check-manifests fuzz-smoke
 
 ## nextest runs every test in a process of its own (the suites start real processes, servers and
 ## clusters); it is built into .tools/bin by scripts/install-tools.sh, never taken from the machine.
@@ -129,11 +130,11 @@ sim:
 	fi
 
 ## fuzz: every fuzz target of fuzz/ (cargo-fuzz, libFuzzer, nightly) for FUZZ_SECONDS each
-## (default 60). Not part of `make test`: tests/corpus.rs of sigx-fuzz replays the checked-in
-## corpus and every crash found (fuzz/regressions/) on stable there. New corpus entries go to
-## .fuzz/corpus/<target> (not checked in), crashes to .fuzz/artifacts/<target>/; move a crash
-## into fuzz/regressions/<target>/ once it is fixed. Built in a target dir of its own
-## (FUZZ_TARGET_DIR), as the sanitizer flags would invalidate the main build cache.
+## (default 60). tests/corpus.rs of sigx-fuzz replays the checked-in corpus and every crash found
+## (fuzz/regressions/) on stable in `make test`. New corpus entries go to .fuzz/corpus/<target>
+## (not checked in), crashes to .fuzz/artifacts/<target>/; move a crash into
+## fuzz/regressions/<target>/ once it is fixed. Built in a target dir of its own
+## (FUZZ_TARGET_DIR), as the coverage flags would invalidate the main build cache.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGET_DIR ?= $(if $(CARGO_TARGET_DIR),$(CARGO_TARGET_DIR)-fuzz,$(CURDIR)/target/fuzz)
 FUZZ_TARGETS = $(basename $(notdir $(wildcard fuzz/fuzz_targets/*.rs)))
@@ -147,6 +148,29 @@ fuzz:
 		echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 		$(FUZZ_CARGO) run $(FUZZ_FLAGS) $$t .fuzz/corpus/$$t fuzz/corpus/$$t \
 			-- -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=.fuzz/artifacts/$$t/ -print_final_stats=1; \
+	done
+
+## fuzz-smoke (part of `make test`): every fuzz target for FUZZ_SMOKE_SECONDS each (default 45),
+## on the stable toolchain (no sanitizer: libFuzzer's coverage flags are stable), dev profile
+## (debug assertions and overflow checks on, the fastest build). Starts from the checked-in
+## corpus; a crash fails the run and leaves its input in .fuzz/artifacts/<target>/.
+FUZZ_SMOKE_SECONDS ?= 45
+FUZZ_SMOKE_CARGO = PATH="$(CURDIR)/.tools/bin:$$PATH" CARGO_TARGET_DIR=$(FUZZ_TARGET_DIR)-stable $(CARGO) fuzz
+FUZZ_SMOKE_FLAGS = --fuzz-dir fuzz --features libfuzzer --sanitizer none --dev
+fuzz-smoke:
+	bash scripts/install-tools.sh fuzz-stable
+	$(FUZZ_SMOKE_CARGO) build $(FUZZ_SMOKE_FLAGS)
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		rm -rf .fuzz/smoke/$$t; mkdir -p .fuzz/smoke/$$t .fuzz/artifacts/$$t; \
+		echo "fuzz-smoke: $$t for $(FUZZ_SMOKE_SECONDS) s (log .fuzz/smoke/$$t.log)"; \
+		if $(FUZZ_SMOKE_CARGO) run $(FUZZ_SMOKE_FLAGS) $$t .fuzz/smoke/$$t fuzz/corpus/$$t \
+			-- -max_total_time=$(FUZZ_SMOKE_SECONDS) -artifact_prefix=.fuzz/artifacts/$$t/ \
+			-print_final_stats=1 >.fuzz/smoke/$$t.log 2>&1; then \
+			grep -E '^(stat::number_of_executed_units|stat::new_units_added|Done)' .fuzz/smoke/$$t.log || true; \
+		else \
+			tail -n 40 .fuzz/smoke/$$t.log; \
+			echo "fuzz-smoke: $$t FAILED; the input is in .fuzz/artifacts/$$t/" >&2; exit 1; \
+		fi; \
 	done
 
 clean-demo:

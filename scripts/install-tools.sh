@@ -2,7 +2,7 @@
 # Installs the tools the Makefile needs, into the clone's own .tools/ (never the machine's Python
 # or ~/.cargo), so every CI run on a fresh clone exercises the install path.
 #
-#   install-tools.sh [all|rust|nextest|manifests|postgres|dashboard|fuzz]      (default all)
+#   install-tools.sh [all|rust|nextest|manifests|postgres|dashboard|fuzz|fuzz-stable]   (default all)
 #
 # rust (`make lint`): rustfmt and clippy, components of the Rust toolchain, added with rustup
 #   when missing. Without rustup and without them this fails loudly: a lint that cannot run
@@ -10,10 +10,12 @@
 # nextest (`make test`): cargo-nextest built from crates.io into .tools/bin (pinned version). Its
 #   build reuses the cargo target directory (CARGO_TARGET_DIR, as .ci/run sets it) so a second
 #   run on the same machine compiles nothing.
-# fuzz (`make fuzz`, never part of `make test`): cargo-fuzz built from crates.io into .tools/bin
-#   (pinned version), and the nightly toolchain it needs (libFuzzer's sanitizer flags are
-#   nightly-only), added with rustup when missing. Its build reuses the cargo target directory
-#   like nextest's. Not in `all`: CI does not fuzz.
+# fuzz (`make fuzz`): cargo-fuzz built from crates.io into .tools/bin (pinned version), and the
+#   nightly toolchain for long runs (the sanitizers are nightly-only), added with rustup when
+#   missing. Its build reuses the cargo target directory like nextest's.
+# fuzz-stable (`make fuzz-smoke`, part of `make test`): cargo-fuzz only. Without a sanitizer
+#   (`--sanitizer none`) libFuzzer's coverage flags are stable rustc flags, so CI's short run of
+#   every target needs no second toolchain.
 # manifests (`make test`), from package registries only, into the venv .tools/venv:
 #   - kubernetes-validate (PyPI), which validates manifests against the OpenAPI schemas of a
 #     given Kubernetes version, and PyYAML for the checks written here;
@@ -45,9 +47,9 @@ CARGO_FUZZ_VERSION="0.13.2"
 SYSTEM_PYTHON="${SYSTEM_PYTHON:-python3}"
 WHAT="${1:-all}"
 case "${WHAT}" in
-    all | rust | nextest | manifests | postgres | dashboard | fuzz) ;;
+    all | rust | nextest | manifests | postgres | dashboard | fuzz | fuzz-stable) ;;
     *)
-        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests, postgres, dashboard or fuzz" >&2
+        echo "install-tools: unknown selection '${WHAT}'; use all, rust, nextest, manifests, postgres, dashboard, fuzz or fuzz-stable" >&2
         exit 2
         ;;
 esac
@@ -110,17 +112,19 @@ if want nextest; then
     echo "install-tools: $("${BIN}/cargo-nextest" nextest --version | head -n 1) at ${BIN}/cargo-nextest"
 fi
 
-# cargo-fuzz: the pinned version, and a nightly toolchain to run it with. Only on request (not in
-# `all`): fuzzing is `make fuzz`, too slow for CI.
+# cargo-fuzz: the pinned version; with `fuzz`, also a nightly toolchain for `make fuzz`. Only on
+# request (not in `all`).
 if [[ "${WHAT}" == fuzz ]]; then
     if ! cargo +nightly --version >/dev/null 2>&1; then
         if ! command -v rustup >/dev/null 2>&1; then
-            echo "install-tools: ERROR: no nightly Rust toolchain and rustup not found; cargo-fuzz needs nightly." >&2
+            echo "install-tools: ERROR: no nightly Rust toolchain and rustup not found; make fuzz needs nightly (make fuzz-smoke does not)." >&2
             exit 1
         fi
         echo "install-tools: rustup toolchain install nightly --profile minimal"
         rustup toolchain install nightly --profile minimal
     fi
+fi
+if [[ "${WHAT}" == fuzz || "${WHAT}" == fuzz-stable ]]; then
     have="$("${BIN}/cargo-fuzz" --version 2>/dev/null | head -n 1 || true)"
     if [[ "${have}" != "cargo-fuzz ${CARGO_FUZZ_VERSION}"* ]]; then
         target="${CARGO_TARGET_DIR:-${ROOT}/target}/install-tools"
@@ -128,7 +132,7 @@ if [[ "${WHAT}" == fuzz ]]; then
         cargo install --quiet --locked --version "${CARGO_FUZZ_VERSION}" --root "${TOOLS}" \
             --target-dir "${target}" cargo-fuzz
     fi
-    echo "install-tools: $("${BIN}/cargo-fuzz" --version | head -n 1) at ${BIN}/cargo-fuzz, $(cargo +nightly --version)"
+    echo "install-tools: $("${BIN}/cargo-fuzz" --version | head -n 1) at ${BIN}/cargo-fuzz"
 fi
 
 if want manifests; then
