@@ -23,7 +23,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -167,10 +166,8 @@ async def main() -> None:
             await server.stop(None)
         finally:
             stop_sidecar(process)
-    import grpc as g
-
     print(
-        f"lang-bench lang=python stack=grpcio-{g.__version__}-aio calls={SEQUENTIAL} "
+        f"lang-bench lang=python stack=grpcio-{grpc.__version__}-aio calls={SEQUENTIAL} "
         f"raw_p50_us={raw_f['p50']:.1f} raw_p99_us={raw_f['p99']:.1f} raw_per_s={raw_f['per_s']:.0f} "
         f"sdk_p50_us={sdk_f['p50']:.1f} sdk_p99_us={sdk_f['p99']:.1f} sdk_per_s={sdk_f['per_s']:.0f}",
         flush=True,
@@ -178,4 +175,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    asyncio.run(main())
