@@ -110,7 +110,7 @@ bench:
 ## SDK client calling an actor served by the same language's SDK app through one real release
 ## sigx-sidecar, next to that language's stock gRPC unary echo over a Unix socket in the same
 ## process and run; then each language's added cost (SDK p50 - echo p50) against Rust's
-## (target ≤ 1.30×). scripts/bench-lang.sh; SIGX_BENCH_LANG_RUNS=n repeats it. See BENCHMARKS.md.
+## (target ≤ 1.30×). scripts/bench-lang.sh; median of SIGX_BENCH_LANG_RUNS runs (default 5). See BENCHMARKS.md.
 bench-lang:
 	$(CARGO) build --release --bins
 	bash scripts/install-lang-tools.sh

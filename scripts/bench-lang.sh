@@ -16,14 +16,16 @@
 # then prints, per language, added = SDK p50 - raw echo p50 (what going through sigx costs on top
 # of one unary call of that language's own gRPC stack) and added / Rust's added of the same run:
 # the target is ≤ 1.30 (the SDK adds ≤ 30 % on top of the sidecar's own cost measured from Rust).
-# SIGX_BENCH_LANG_RUNS=n repeats the four n times (default 1) and reports the median.
+# SIGX_BENCH_LANG_RUNS=n repeats the four n times (default 5: the share compares separate
+# processes run one after the other, and one run on a shared machine can land either side of
+# the target) and reports the median run.
 # The tools come from scripts/install-lang-tools.sh (the Makefile runs it first).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN_DIR="$(cd "${1:?usage: bench-lang.sh BIN_DIR (the directory holding the release sigx-sidecar)}" && pwd)"
 CARGO="${CARGO:-cargo}"
-RUNS="${SIGX_BENCH_LANG_RUNS:-1}"
+RUNS="${SIGX_BENCH_LANG_RUNS:-5}"
 [[ -x "${BIN_DIR}/sigx-sidecar" ]] || { echo "bench-lang: no sigx-sidecar in ${BIN_DIR}" >&2; exit 1; }
 export SIGX_BIN_DIR="${BIN_DIR}"
 
