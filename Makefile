@@ -9,7 +9,7 @@ RELEASE_BIN := $(TARGET_DIR)/release
 SEEDS ?= 500
 SEED_START ?= 0
 
-.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz fuzz-smoke
+.PHONY: all build controlplane otelcol demo test test-rust test-lang test-python test-node test-go test-dashboard check-manifests tools fmt lint crds bench bench-chaos sim images clean-demo fuzz fuzz-smoke bench-lang
 
 all: build
 
@@ -99,11 +99,23 @@ crds:
 	$(CARGO) run -p sigx-crds --bin crdgen
 
 ## bench: latency/throughput next to raw tonic baselines measured in the same run, HMAC,
-## directory and membership figures. See BENCHMARKS.md.
+## directory and membership figures, then the SDK overhead per language (bench-lang). See
+## BENCHMARKS.md.
 bench:
 	$(CARGO) bench -p sigx-sidecar
 	$(CARGO) bench -p sigx-e2e --bench call
 	$(CARGO) bench -p sigx-e2e --bench state
+	$(MAKE) --no-print-directory bench-lang
+
+## bench-lang: issue 15's SDK overhead per language. For Rust, Python, Node.js and Go in turn, an
+## SDK client calling an actor served by the same language's SDK app through one real release
+## sigx-sidecar, next to that language's stock gRPC unary echo over a Unix socket in the same
+## process and run; then each language's added cost (SDK p50 - echo p50) against Rust's
+## (target ≤ 1.30×). scripts/bench-lang.sh; median of SIGX_BENCH_LANG_RUNS runs (default 5). See BENCHMARKS.md.
+bench-lang:
+	$(CARGO) build --release --bins
+	bash scripts/install-lang-tools.sh
+	CARGO="$(CARGO)" bash scripts/bench-lang.sh $(RELEASE_BIN)
 
 ## bench-chaos: the chaos scenarios at benchmark size on release binaries (>= 100k calls), then
 ## issue 12's single-activation rounds (sidecar SIGSTOP, app restart) 50 times each, then 100,000

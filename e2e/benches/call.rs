@@ -11,6 +11,12 @@
 //! * trace off: the trace module's work on one untraced cross-host call with export off (the
 //!   calls the call path makes), timed in a loop, as a share of the cross-host median.
 //!
+//! * same host through a real `sigx-sidecar` process (`SIGX_BIN_DIR`, when it holds one): the
+//!   Rust SDK client and app of this process around the release binary, vs a raw tonic unary
+//!   echo over a Unix socket with tonic's stock client (`Endpoint`, default options). This is
+//!   the Rust reference of issue 15's per-language SDK overhead (`make bench-lang`,
+//!   scripts/bench-lang.sh), shaped like the Python, Node.js and Go benches beside each SDK.
+//!
 //! Run: `make bench` (or `cargo bench -p sigx-e2e --bench call`). Figures are ratios against the
 //! baseline of the same run, because machines are noisy.
 
@@ -141,6 +147,27 @@ async fn raw_echo_uds(path: &Path) {
             .add_service(ActorHostServer::new(RawEcho))
             .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
     );
+}
+
+/// A tonic client with default options on a Unix socket: the stock way to call a gRPC server
+/// there (tonic has no `unix:` URIs of its own; the connector is tonic's documented example).
+async fn tonic_uds(
+    path: &Path,
+) -> v1::actor_host_client::ActorHostClient<tonic::transport::Channel> {
+    let path = path.to_path_buf();
+    let channel = tonic::transport::Endpoint::try_from("http://[::]:50051")
+        .unwrap()
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    v1::actor_host_client::ActorHostClient::new(channel)
 }
 
 async fn raw_echo_tcp() -> std::net::SocketAddr {
@@ -403,6 +430,98 @@ async fn same_host(dir: &Path) -> (Figures, Figures) {
     figures
 }
 
+/// The sidecar binary the process row runs, when `SIGX_BIN_DIR` (else this bench's own target
+/// directory) holds one.
+fn sidecar_binary() -> Option<std::path::PathBuf> {
+    let bin = sigx_e2e::chaos::bin_dir().join("sigx-sidecar");
+    bin.is_file().then_some(bin)
+}
+
+/// A started `sigx-sidecar` process, killed when dropped.
+struct SidecarProcess(std::process::Child);
+impl Drop for SidecarProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Same host through a real sidecar process: the Rust SDK's client and app in this process,
+/// `bin` between them (membership none, memory state, as the other languages' benches start
+/// it), vs a raw tonic echo with tonic's stock client.
+async fn same_host_process(dir: &Path, bin: &Path) -> (Figures, Figures) {
+    let raw_path = dir.join("raw-p.sock");
+    raw_echo_uds(&raw_path).await;
+    let raw = tonic_uds(&raw_path).await;
+
+    let socket = dir.join("p.sock");
+    let log = std::fs::File::create(dir.join("sidecar.log")).unwrap();
+    let _sidecar = SidecarProcess(
+        std::process::Command::new(bin)
+            .env("SIGX_SOCKET", &socket)
+            .env("SIGX_MEMBERSHIP", "none")
+            .env("SIGX_HEALTH_ADDR", "127.0.0.1:0")
+            .env("SIGX_HOST_ID", "rust-bench")
+            .env("SIGX_INSECURE", "true")
+            .env(
+                "SIGX_LOG",
+                std::env::var("SIGX_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !socket.exists() {
+        assert!(Instant::now() < deadline, "{} did not start", bin.display());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let client = Client::lazy(&socket);
+    let serving = bench_app("bench-process").spawn(&client);
+    while !client.status().await.is_ok_and(|s| s.app_connected) {
+        assert!(Instant::now() < deadline, "the app never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let figures = measure_pair(
+        move |_| {
+            let mut raw = raw.clone();
+            async move {
+                raw.call(v1::CallRequest {
+                    actor: Some(v1::ActorRef {
+                        actor_type: "Bench".into(),
+                        key: "k".into(),
+                    }),
+                    method: "echo".into(),
+                    payload: Bytes::from_static(PAYLOAD),
+                    timeout_ms: 0,
+                    trace: None,
+                    locality: 0,
+                })
+                .await
+                .unwrap();
+            }
+        },
+        move |i| {
+            let client = client.clone();
+            async move {
+                client
+                    .call(
+                        "Bench",
+                        format!("k{}", i % 64),
+                        "echo",
+                        Bytes::from_static(PAYLOAD),
+                    )
+                    .await
+                    .unwrap();
+            }
+        },
+    )
+    .await;
+    drop(serving);
+    figures
+}
+
 /// The cross-host path; with `trace`, every sigx call carries that sampled `traceparent`.
 async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Figures) {
     let addr = raw_echo_tcp().await;
@@ -579,6 +698,15 @@ fn main() {
         if only.is_empty() || only == "same" {
             let (base, sigx) = same_host(dir.path()).await;
             row("same-host", base, sigx);
+        }
+        // `SIGX_BENCH_ONLY=process` is what `make bench-lang` runs: the Rust line of issue 15.
+        if let Some(bin) = sidecar_binary().filter(|_| only.is_empty() || only == "process") {
+            let (base, sigx) = same_host_process(dir.path(), &bin).await;
+            row("sidecar-proc", base, sigx);
+            println!(
+                "lang-bench lang=rust stack=tonic calls={SEQUENTIAL} raw_p50_us={:.1} raw_p99_us={:.1} raw_per_s={:.0} sdk_p50_us={:.1} sdk_p99_us={:.1} sdk_per_s={:.0}",
+                base.p50_us, base.p99_us, base.per_sec, sigx.p50_us, sigx.p99_us, sigx.per_sec
+            );
         }
         if only.is_empty() || only == "cross" {
             let (base, sigx) = cross_host(dir.path(), None).await;
