@@ -267,6 +267,22 @@ pub fn repo_root() -> PathBuf {
     Path::new(&manifest).join("..")
 }
 
+/// The helm binary the chart tests render with: `$SIGX_HELM`, else the clone's
+/// `.tools/bin/helm` (`scripts/install-tools.sh manifests` installs it). A missing one fails
+/// the test with what to run.
+pub fn helm() -> PathBuf {
+    let path = std::env::var_os("SIGX_HELM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".tools/bin/helm"));
+    assert!(
+        path.is_file(),
+        "{} is missing: `bash scripts/install-tools.sh manifests` installs helm there (or point \
+         SIGX_HELM at one)",
+        path.display()
+    );
+    path
+}
+
 /// Parses a YAML file of the repository (`crds/generated/...`, `examples/k8s/...`).
 pub fn repo_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
     let path = repo_root().join(relative);

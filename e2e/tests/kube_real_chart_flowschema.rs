@@ -13,34 +13,19 @@
 //! Needs `make controlplane` and helm (`scripts/install-tools.sh manifests` puts it in
 //! `.tools/bin`; `SIGX_HELM` overrides).
 
-use std::path::PathBuf;
-
 use http::Request;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use sigx_e2e::controlplane::{self, ControlPlane, repo_root};
+use sigx_e2e::controlplane::{self, ControlPlane, helm, repo_root};
 use sigx_e2e::real_operator::eventually;
 
 /// Where the ActorClusters (and so the sidecars) live.
 const APPS: &str = "apps";
 /// A namespace the chart's FlowSchema is not told about.
 const OTHER: &str = "other";
-
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SIGX_HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: `bash scripts/install-tools.sh manifests` installs helm there (or point \
-         SIGX_HELM at one)",
-        path.display()
-    );
-    path
-}
 
 /// The PriorityLevelConfiguration and FlowSchema `helm template` renders with the FlowSchema on
 /// for `APPS`.

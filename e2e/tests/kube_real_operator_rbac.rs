@@ -18,7 +18,6 @@
 
 mod sdk_support;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -31,7 +30,7 @@ use sdk_support::Scratch;
 use sdk_support::kube_host::{self, KubeHostSpec, start_kube_host};
 use serde_json::{Value, json};
 use sigx_crds::ActorCluster;
-use sigx_e2e::controlplane::{self, ControlPlane, repo_root};
+use sigx_e2e::controlplane::{self, ControlPlane, helm, repo_root};
 use sigx_e2e::real_operator::{Ns, Operator, eventually};
 
 const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
@@ -40,19 +39,6 @@ const RELEASE_NS: &str = "sigx-system";
 /// The verbs the sidecar uses on Leases (sidecar/src/membership/kubernetes): read and watch its
 /// peers', create and renew (update) its own, delete its own on leave and an expired peer's.
 const SIDECAR_LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
-
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SIGX_HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: `bash scripts/install-tools.sh manifests` installs helm there (or point \
-         SIGX_HELM at one)",
-        path.display()
-    );
-    path
-}
 
 /// The chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as `helm template` renders
 /// them with the default values.
