@@ -283,6 +283,26 @@ pub fn helm() -> PathBuf {
     path
 }
 
+/// The objects `helm template sigx charts/sigx <args>` renders, as JSON (empty documents
+/// dropped); a failed render fails the test with helm's error.
+pub fn chart_template(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = Command::new(helm())
+        .args(["template", "sigx"])
+        .arg(repo_root().join("charts/sigx"))
+        .args(args)
+        .output()
+        .expect("run helm template");
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("helm's output is UTF-8");
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).expect("helm's output is YAML");
+    docs.into_iter().filter(|d| !d.is_null()).collect()
+}
+
 /// Parses a YAML file of the repository (`crds/generated/...`, `examples/k8s/...`).
 pub fn repo_yaml<T: serde::de::DeserializeOwned>(relative: &str) -> T {
     let path = repo_root().join(relative);

@@ -18,8 +18,8 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
-use sigx_e2e::controlplane::{self, ControlPlane, helm, repo_root};
+use serde_json::json;
+use sigx_e2e::controlplane::{self, ControlPlane};
 use sigx_e2e::real_operator::eventually;
 
 /// Where the ActorClusters (and so the sidecars) live.
@@ -30,35 +30,29 @@ const OTHER: &str = "other";
 /// The PriorityLevelConfiguration and FlowSchema `helm template` renders with the FlowSchema on
 /// for `APPS`.
 fn chart_flowschema() -> (PriorityLevelConfiguration, FlowSchema) {
-    let out = std::process::Command::new(helm())
-        .args(["template", "sigx"])
-        .arg(repo_root().join("charts/sigx"))
-        .args(["--namespace", "sigx-system"])
-        .args(["--set", "flowSchema.enabled=true"])
-        .args(["--set", &format!("flowSchema.namespaces={{{APPS}}}")])
-        .args(["--show-only", "templates/flowschema.yaml"])
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("helm's output is YAML");
-    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    let namespaces = format!("flowSchema.namespaces={{{APPS}}}");
+    let docs = controlplane::chart_template(&[
+        "--namespace",
+        "sigx-system",
+        "--set",
+        "flowSchema.enabled=true",
+        "--set",
+        &namespaces,
+        "--show-only",
+        "templates/flowschema.yaml",
+    ]);
     let mut kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     kinds.sort();
     assert_eq!(
         kinds,
         ["FlowSchema", "PriorityLevelConfiguration"],
-        "{text}"
+        "{docs:?}"
     );
     let of = |kind: &str| {
         docs.iter()
             .find(|d| d["kind"] == kind)
             .cloned()
-            .unwrap_or_else(|| panic!("no {kind} in {text}"))
+            .unwrap_or_else(|| panic!("no {kind} in {docs:?}"))
     };
     (
         serde_json::from_value(of("PriorityLevelConfiguration"))

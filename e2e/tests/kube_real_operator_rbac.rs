@@ -30,7 +30,7 @@ use sdk_support::Scratch;
 use sdk_support::kube_host::{self, KubeHostSpec, start_kube_host};
 use serde_json::{Value, json};
 use sigx_crds::ActorCluster;
-use sigx_e2e::controlplane::{self, ControlPlane, helm, repo_root};
+use sigx_e2e::controlplane::{self, ControlPlane};
 use sigx_e2e::real_operator::{Ns, Operator, eventually};
 
 const SIDECAR: &str = "ghcr.io/sigx/sidecar:0.1.0";
@@ -43,29 +43,21 @@ const SIDECAR_LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "updat
 /// The chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as `helm template` renders
 /// them with the default values.
 fn chart_rbac() -> Vec<Value> {
-    let chart = repo_root().join("charts/sigx");
-    let out = std::process::Command::new(helm())
-        .args(["template", "sigx"])
-        .arg(&chart)
-        .args(["--namespace", RELEASE_NS])
-        .args(["--show-only", "templates/serviceaccount.yaml"])
-        .args(["--show-only", "templates/clusterrole.yaml"])
-        .args(["--show-only", "templates/clusterrolebinding.yaml"])
-        .output()
-        .expect("run helm template");
-    assert!(
-        out.status.success(),
-        "helm template failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("helm's output is YAML");
-    let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+    let docs = controlplane::chart_template(&[
+        "--namespace",
+        RELEASE_NS,
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/clusterrole.yaml",
+        "--show-only",
+        "templates/clusterrolebinding.yaml",
+    ]);
     let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
     assert_eq!(
         kinds,
         ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"],
-        "{text}"
+        "{docs:?}"
     );
     docs
 }
