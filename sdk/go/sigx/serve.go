@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/status"
@@ -172,32 +174,15 @@ func (s *session) run(ctx context.Context, n int, report func(State)) (bool, err
 	s.log.Info("sigx: registered", "host", hostID, "session", n)
 	report(State{Phase: PhaseRegistered, HostID: hostID, Session: n})
 
-	msgs := make(chan *pb.SidecarMessage)
 	ended := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				ended <- err
-				return
-			}
-			msgs <- m
-		}
-	}()
+	r := &reader{s: s, recv: stream.Recv, ended: ended}
+	r.waiting.Store(1)
+	go r.read()
 	defer s.dropAll(errStreamGone)
 	done := ctx.Done()
 	var drainTimeout <-chan time.Time
 	for {
 		select {
-		case m := <-msgs:
-			switch m.GetMsg().(type) {
-			case *pb.SidecarMessage_Turn:
-				s.start(m.GetTurn())
-			case *pb.SidecarMessage_Fenced:
-				s.log.Warn("sigx: the host fenced; cancelling every turn and dropping every activation",
-					"reason", m.GetFenced().GetReason())
-				s.fence()
-			}
 		case <-done:
 			done = nil
 			s.log.Info("sigx: draining")
@@ -217,6 +202,67 @@ func (s *session) run(ctx context.Context, n int, report func(State)) (bool, err
 			s.log.Warn("sigx: the Serve stream broke", "err", err)
 			report(State{Phase: PhaseBroken, HostID: hostID, Session: n, Err: err})
 			return true, err
+		}
+	}
+}
+
+// maxWaitingReaders bounds the goroutines a session keeps waiting to read the stream once their
+// turns are done: two, so that one reads while the other runs the turn it read, with no
+// goroutine started per turn; a burst of turns that block starts more, and they end afterwards.
+const maxWaitingReaders = 2
+
+// reader reads the Serve stream with a few goroutines taking turns (leader and followers): the
+// one holding mu reads a message and begins it in the stream's order, lets the next one read,
+// then runs the turn itself. A turn thus reaches its handler without a hand-off to another
+// goroutine, on a goroutine whose stack has already grown, and a handler that blocks never
+// stalls the stream: when no other goroutine is waiting to read, the reader starts one first.
+type reader struct {
+	s     *session
+	recv  func() (*pb.SidecarMessage, error)
+	ended chan<- error // the stream's error, sent once (capacity 1)
+
+	mu      sync.Mutex // held while reading and beginning one message
+	stopped bool       // under mu: the stream ended, every reader returns
+	// waiting counts the goroutines not running a turn: reading, or about to queue on mu.
+	waiting atomic.Int32
+}
+
+func (r *reader) read() {
+	for {
+		r.mu.Lock()
+		if r.stopped {
+			r.mu.Unlock()
+			return
+		}
+		m, err := r.recv()
+		if err != nil {
+			r.stopped = true
+			r.mu.Unlock()
+			r.ended <- err
+			return
+		}
+		var run func()
+		switch m.GetMsg().(type) {
+		case *pb.SidecarMessage_Turn:
+			run = r.s.begin(m.GetTurn())
+		case *pb.SidecarMessage_Fenced:
+			r.s.log.Warn("sigx: the host fenced; cancelling every turn and dropping every activation",
+				"reason", m.GetFenced().GetReason())
+			r.s.fence()
+		}
+		if run == nil {
+			r.mu.Unlock()
+			continue
+		}
+		if r.waiting.Add(-1) == 0 {
+			r.waiting.Add(1)
+			go r.read()
+		}
+		r.mu.Unlock()
+		run()
+		if r.waiting.Add(1) > maxWaitingReaders {
+			r.waiting.Add(-1)
+			return
 		}
 	}
 }

@@ -82,8 +82,19 @@ func (s *session) dropAll(cause error) {
 	}
 }
 
-// start runs one turn in its own goroutine, bounded by its not-after.
+// start runs one turn in a goroutine of its own, bounded by its not-after. The serving loop
+// uses begin instead and runs the turn on the goroutine that read it (see reader).
 func (s *session) start(t *pb.Turn) {
+	if run := s.begin(t); run != nil {
+		go run()
+	}
+}
+
+// begin does the part of turn t that follows the stream's order: it refuses the turn (fenced,
+// or read at or past its not-after: answered at once, and begin returns nil) or registers it as
+// running, cancellable by the fence and bounded by its not-after. It returns the rest of the
+// turn, which runs the handler and answers: the caller runs it on a goroutine that may block.
+func (s *session) begin(t *pb.Turn) func() {
 	id := t.GetTurnId()
 	now := s.opts.Clock.Now()
 	na := t.GetNotAfterUnixMs()
@@ -93,12 +104,12 @@ func (s *session) start(t *pb.Turn) {
 	if fenced {
 		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE,
 			Message: "the host fenced before this turn was read; it never ran"}, nil)
-		return
+		return nil
 	}
 	if na != 0 && now.UnixMilli() >= na {
 		s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE, Message: fmt.Sprintf(
 			"the turn was read %d ms past its not-after; it never ran", now.UnixMilli()-na)}, nil)
-		return
+		return nil
 	}
 	info := TurnInfo{Actor: ActorRef{Type: t.GetActor().GetActorType(), Key: t.GetActor().GetKey()},
 		ActivationID: t.GetActivationId(), Epoch: t.GetEpoch()}
@@ -145,7 +156,7 @@ func (s *session) start(t *pb.Turn) {
 	}
 	s.running[id] = cancel
 	s.mu.Unlock()
-	go func() {
+	return func() {
 		defer func() {
 			stop()
 			s.mu.Lock()
@@ -170,7 +181,7 @@ func (s *session) start(t *pb.Turn) {
 		} else {
 			reply(out, nil, writes)
 		}
-	}()
+	}
 }
 
 func invalid(format string, args ...any) error {
