@@ -152,3 +152,25 @@ func TestTheReaderBeginsMessagesInStreamOrder(t *testing.T) {
 	close(msgs)
 	<-ended
 }
+
+// When the stream ends, running turns are cancelled (cause errStreamGone) and unanswered, and a
+// turn a reader begins after that (it raced the end) never runs.
+func TestTheStreamsEndCancelsRunningTurnsAndLaterOnesNeverRun(t *testing.T) {
+	s, _, b, results := newTestSession(t)
+	s.start(invoke(1, "block", 0))
+	<-b.entered
+	s.dropAll(errStreamGone)
+	if cause := <-b.causes; cause != errStreamGone {
+		t.Fatalf("cause %v, want the stream's end", cause)
+	}
+	if run := s.begin(invoke(2, "quick", 0)); run != nil {
+		t.Fatal("a turn begun after the stream ended would run")
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("answered on a gone stream: %v", r)
+	case <-b.entered:
+		t.Fatal("a handler ran after the stream ended")
+	case <-time.After(50 * time.Millisecond):
+	}
+}

@@ -42,8 +42,7 @@ func StorageFromContext(ctx context.Context) *Storage {
 }
 
 func newState(api pb.ActorHostClient, t *pb.Turn) *Storage {
-	return &Storage{api: api, actor: t.GetActor(), activationID: t.GetActivationId(), epoch: t.GetEpoch(),
-		latest: map[string]*pb.StateWrite{}}
+	return &Storage{api: api, actor: t.GetActor(), activationID: t.GetActivationId(), epoch: t.GetEpoch()}
 }
 
 // Epoch is the activation's fencing token (see TurnInfo.Epoch).
@@ -146,6 +145,9 @@ func (s *Storage) List(ctx context.Context) ([]Entry, error) {
 func (s *Storage) push(w *pb.StateWrite) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.latest == nil {
+		s.latest = map[string]*pb.StateWrite{}
+	}
 	s.latest[w.GetKey()] = w
 	s.order = append(s.order, w)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "example.invalid/sigx/sdk/go/sigxpb"
@@ -38,10 +39,69 @@ type session struct {
 
 	sendMu sync.Mutex
 
-	mu          sync.Mutex
-	fenced      bool
+	mu     sync.Mutex
+	fenced bool
+	// gone: the stream ended (dropAll(errStreamGone)); a turn the reader begins after that is
+	// cancelled at once, unanswered.
+	gone        bool
 	activations map[string]*activation
-	running     map[uint64]context.CancelCauseFunc
+	running     map[uint64]*runningTurn
+}
+
+// runningTurn is one turn between begin and its answer.
+type runningTurn struct {
+	s        *session
+	id       uint64
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	answered atomic.Bool
+}
+
+// reply answers the turn unless it was answered already.
+func (t *runningTurn) reply(out []byte, terr *pb.TurnError, writes []*pb.StateWrite) {
+	if t.answered.CompareAndSwap(false, true) {
+		t.s.answer(t.id, out, terr, writes)
+	}
+}
+
+// abort cancels the turn's ctx with cause. Cancelled at not-after or by the fence, the turn is
+// answered TIMEOUT at once, whatever the handler does later (a handler that ignores ctx keeps
+// running, but its answer is discarded); the first cause is the one answered.
+func (t *runningTurn) abort(cause error) {
+	t.cancel(cause)
+	switch c := context.Cause(t.ctx); c {
+	case errNotAfter, errFenced:
+		t.reply(nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_TIMEOUT,
+			Message: c.Error() + "; the turn was cancelled and may have run in part"}, nil)
+	}
+}
+
+// turnContext is the parent of a turn's ctx: it carries the turn's values (TurnInfo, Storage,
+// the Client and the trace) in one allocation rather than a chain of context.WithValue.
+type turnContext struct {
+	context.Context
+	info   TurnInfo
+	state  *Storage
+	client *Client
+}
+
+func (c *turnContext) Value(key any) any {
+	switch key.(type) {
+	case turnKey:
+		return c.info
+	case storageKey:
+		return c.state
+	case clientKey:
+		if c.client != nil {
+			return c.client
+		}
+	case traceKey:
+		// Calls made with the turn's ctx continue its trace.
+		if c.info.Trace.Traceparent != "" {
+			return c.info.Trace
+		}
+	}
+	return c.Context.Value(key)
 }
 
 func (s *session) send(m *pb.AppMessage) {
@@ -76,9 +136,10 @@ func (s *session) dropAll(cause error) {
 	s.mu.Lock()
 	running := s.running
 	s.running, s.activations = nil, nil
+	s.gone = s.gone || cause == errStreamGone
 	s.mu.Unlock()
-	for _, cancel := range running {
-		cancel(cause)
+	for _, t := range running {
+		t.abort(cause)
 	}
 }
 
@@ -119,42 +180,29 @@ func (s *session) begin(t *pb.Turn) func() {
 	if tr := t.GetTrace(); tr.GetTraceparent() != "" {
 		info.Trace = TraceContext{Traceparent: tr.GetTraceparent(), Tracestate: tr.GetTracestate()}
 	}
+	tc := &turnContext{Context: s.base, info: info, client: s.client}
 	var api pb.ActorHostClient
 	if s.client != nil {
 		api = s.client.api
 	}
-	state := newState(api, t)
-	base := context.WithValue(context.WithValue(s.base, turnKey{}, info), storageKey{}, state)
-	if info.Trace.Traceparent != "" {
-		// Calls made with the turn's ctx continue its trace.
-		base = WithTrace(base, info.Trace)
-	}
-	if s.client != nil {
-		base = context.WithValue(base, clientKey{}, s.client)
-	}
-	ctx, cancel := context.WithCancelCause(base)
-	var once sync.Once
-	reply := func(out []byte, terr *pb.TurnError, writes []*pb.StateWrite) {
-		once.Do(func() { s.answer(id, out, terr, writes) })
-	}
-	// Cancelled at not-after or by the fence: answered TIMEOUT at once, whatever the handler
-	// does later (a handler that ignores ctx keeps running, but its answer is discarded).
-	context.AfterFunc(ctx, func() {
-		switch c := context.Cause(ctx); c {
-		case errNotAfter, errFenced:
-			reply(nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_TIMEOUT,
-				Message: c.Error() + "; the turn was cancelled and may have run in part"}, nil)
-		}
-	})
+	tc.state = newState(api, t)
+	rt := &runningTurn{s: s, id: id}
+	rt.ctx, rt.cancel = context.WithCancelCause(tc)
 	stop := func() bool { return false }
 	if na != 0 {
-		stop = s.opts.Clock.AfterFunc(time.UnixMilli(na).Sub(now), func() { cancel(errNotAfter) })
+		stop = s.opts.Clock.AfterFunc(time.UnixMilli(na).Sub(now), func() { rt.abort(errNotAfter) })
 	}
 	s.mu.Lock()
-	if s.running == nil {
-		s.running = map[uint64]context.CancelCauseFunc{}
+	if s.gone {
+		s.mu.Unlock()
+		stop()
+		rt.cancel(errStreamGone)
+		return nil
 	}
-	s.running[id] = cancel
+	if s.running == nil {
+		s.running = map[uint64]*runningTurn{}
+	}
+	s.running[id] = rt
 	s.mu.Unlock()
 	return func() {
 		defer func() {
@@ -162,24 +210,25 @@ func (s *session) begin(t *pb.Turn) func() {
 			s.mu.Lock()
 			delete(s.running, id)
 			s.mu.Unlock()
-			cancel(nil)
+			rt.cancel(nil)
 		}()
+		ctx := rt.ctx
 		out, err := s.dispatch(ctx, t)
 		if ctx.Err() != nil {
-			return // answered by the AfterFunc above, or the stream is gone
+			return // answered by abort, or the stream is gone
 		}
 		if na != 0 && s.opts.Clock.Now().UnixMilli() >= na {
-			cancel(errNotAfter) // finished past not-after: never ok
+			rt.abort(errNotAfter) // finished past not-after: never ok
 			return
 		}
 		var writes []*pb.StateWrite
 		if err == nil {
-			writes, err = state.writes()
+			writes, err = tc.state.writes()
 		}
 		if err != nil {
-			reply(nil, toTurnError(err), nil)
+			rt.reply(nil, toTurnError(err), nil)
 		} else {
-			reply(out, nil, writes)
+			rt.reply(out, nil, writes)
 		}
 	}
 }
