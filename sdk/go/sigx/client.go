@@ -47,9 +47,14 @@ func Dial(path string) (*Client, error) {
 	if path == "" {
 		return nil, errors.New("sigx: no sidecar socket: pass its path to Dial or set SIGX_SOCKET")
 	}
+	// Static flow-control windows as large as the largest message: on a Unix socket to the local
+	// sidecar there is no bandwidth-delay product to learn, and grpc-go's estimator (on by
+	// default) sends a PING, and reads its ack, after nearly every message received, a turn or
+	// an answer: writes and wake-ups on both sides of every call.
 	conn, err := grpc.NewClient("unix://"+path,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
+		grpc.WithInitialWindowSize(maxMessageBytes), grpc.WithInitialConnWindowSize(maxMessageBytes))
 	if err != nil {
 		return nil, fmt.Errorf("sigx: bad socket path %q: %w", path, err)
 	}

@@ -302,3 +302,38 @@ func TestCancellingRunDrainsTheAppWithDeactivationHooks(t *testing.T) {
 		t.Fatalf("phases %v", p)
 	}
 }
+
+// Payloads near the sidecar's 4 MiB limit cross both ways, several at once: the Client's static
+// flow-control windows (no BDP pings) hold calls, turns and answers of that size on one
+// connection.
+func TestLargePayloadsCrossTheSidecarBothWaysConcurrently(t *testing.T) {
+	socket := socketDir(t)
+	sc := startSidecar(t, socket)
+	f := newFixture()
+	c, _, _, _ := runApp(t, f.app, socket, sc)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			payload := make([]byte, 3<<20)
+			for j := range payload {
+				payload[j] = byte(i + j)
+			}
+			out, err := c.Call(callCtx(t), sigx.ActorRef{Type: "Echo", Key: "x"}, "big", payload)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if want := append([]byte("big:"), payload...); string(out) != string(want) {
+				errs <- fmt.Errorf("call %d: %d bytes back, not the %d sent", i, len(out), len(want))
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("%v\n%s", err, sc.log)
+	}
+}
