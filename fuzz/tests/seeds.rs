@@ -184,6 +184,7 @@ fn reminders() {
         period_ms: 86_400_000,
         payload: vec![1].into(),
         due: Some(v1::set_reminder_request::Due::DueUnixMs(NOW_MS + 1000)),
+        epoch: 0,
     };
     write("reminders", "set-periodic", tagged(0, &periodic));
     let once = v1::SetReminderRequest {
@@ -192,6 +193,7 @@ fn reminders() {
         period_ms: 0,
         payload: Default::default(),
         due: Some(v1::set_reminder_request::Due::DueInMs(30_000)),
+        epoch: 7,
     };
     write("reminders", "set-once", tagged(0, &once));
     let delivery = v1::Reminder {

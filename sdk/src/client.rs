@@ -289,6 +289,7 @@ impl Client {
             client: self.clone(),
             actor_type: actor_type.into(),
             key: key.into(),
+            fence: 0,
         }
     }
 
@@ -490,11 +491,26 @@ pub struct ActorHandle {
     client: Client,
     actor_type: String,
     key: String,
+    /// The epoch its reminder changes carry (0: none), set by `Context::this_actor`.
+    fence: u64,
 }
 
 impl ActorHandle {
     pub(crate) fn parts(&self) -> (&Client, &str, &str) {
         (&self.client, &self.actor_type, &self.key)
+    }
+
+    /// The same actor, its reminder changes fenced by `epoch`: the store refuses them
+    /// (`stale-epoch`, nothing changed) once a newer activation of the actor exists.
+    pub(crate) fn fenced(mut self, epoch: u64) -> Self {
+        self.fence = epoch;
+        self
+    }
+
+    /// The epoch this handle's reminder changes carry, 0 when unfenced (a handle from
+    /// [`Client::actor`]); inside a turn, [`crate::Context::this_actor`] fences with the turn's.
+    pub fn fence(&self) -> u64 {
+        self.fence
     }
 
     /// Calls `method` with an opaque payload.

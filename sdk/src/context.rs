@@ -135,9 +135,13 @@ impl Context {
     }
 
     /// This actor, as a handle: set its own reminders (`ctx.this_actor().set_reminder(..)`)
-    /// or hand it to others.
+    /// or hand it to others. Its reminder changes carry the turn's epoch, so once a newer
+    /// activation of the actor exists the store refuses them (`stale-epoch`, nothing changed):
+    /// an activation that outlived its lease cannot rearrange its successor's reminders.
     pub fn this_actor(&self) -> crate::ActorHandle {
-        self.client.actor(&*self.actor_type, &*self.key)
+        self.client
+            .actor(&*self.actor_type, &*self.key)
+            .fenced(self.epoch())
     }
 }
 

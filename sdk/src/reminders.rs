@@ -95,6 +95,21 @@ impl Client {
         period: Option<Duration>,
         payload: impl Into<Bytes>,
     ) -> Result<SystemTime, ActorError> {
+        self.set_reminder_fenced(actor_type, key, name, due, period, payload, 0)
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn set_reminder_fenced(
+        &self,
+        actor_type: impl Into<String>,
+        key: impl Into<String>,
+        name: impl Into<String>,
+        due: Due,
+        period: Option<Duration>,
+        payload: impl Into<Bytes>,
+        epoch: u64,
+    ) -> Result<SystemTime, ActorError> {
         let due = match due {
             Due::At(t) => v1::set_reminder_request::Due::DueUnixMs(unix_ms(t)),
             Due::In(d) => {
@@ -110,6 +125,7 @@ impl Client {
             due: Some(due),
             period_ms: period.map_or(0, |p| p.as_millis().clamp(1, u64::MAX as u128) as u64),
             payload: payload.into(),
+            epoch,
         };
         let mut inner = self.raw();
         inner
@@ -126,6 +142,16 @@ impl Client {
         key: impl Into<String>,
         name: impl Into<String>,
     ) -> Result<bool, ActorError> {
+        self.delete_reminder_fenced(actor_type, key, name, 0).await
+    }
+
+    async fn delete_reminder_fenced(
+        &self,
+        actor_type: impl Into<String>,
+        key: impl Into<String>,
+        name: impl Into<String>,
+        epoch: u64,
+    ) -> Result<bool, ActorError> {
         let mut inner = self.raw();
         inner
             .delete_reminder(v1::DeleteReminderRequest {
@@ -134,6 +160,7 @@ impl Client {
                     key: key.into(),
                 }),
                 name: name.into(),
+                epoch,
             })
             .await
             .map(|r| r.into_inner().existed)
@@ -173,7 +200,9 @@ impl Client {
 }
 
 impl ActorHandle {
-    /// Sets (or replaces) a reminder of this actor. See [`Client::set_reminder`].
+    /// Sets (or replaces) a reminder of this actor. See [`Client::set_reminder`]. A handle from
+    /// `Context::this_actor` carries its turn's epoch ([`ActorHandle::fence`]): the change is
+    /// refused (`stale-epoch`, nothing stored) once a newer activation of the actor exists.
     pub async fn set_reminder(
         &self,
         name: impl Into<String>,
@@ -183,14 +212,17 @@ impl ActorHandle {
     ) -> Result<SystemTime, ActorError> {
         let (client, actor_type, key) = self.parts();
         client
-            .set_reminder(actor_type, key, name, due, period, payload)
+            .set_reminder_fenced(actor_type, key, name, due, period, payload, self.fence())
             .await
     }
 
-    /// Deletes a reminder of this actor; whether it existed.
+    /// Deletes a reminder of this actor; whether it existed. Fenced like
+    /// [`ActorHandle::set_reminder`].
     pub async fn delete_reminder(&self, name: impl Into<String>) -> Result<bool, ActorError> {
         let (client, actor_type, key) = self.parts();
-        client.delete_reminder(actor_type, key, name).await
+        client
+            .delete_reminder_fenced(actor_type, key, name, self.fence())
+            .await
     }
 
     /// This actor's reminders.

@@ -285,6 +285,7 @@ async fn a_single_host_lists_and_locates_its_own_runtime() {
             due: Some(v1::set_reminder_request::Due::DueInMs(3_600_000)),
             period_ms: if name == "once" { 0 } else { 60_000 },
             payload: Default::default(),
+            epoch: 0,
         })
         .await
         .unwrap();

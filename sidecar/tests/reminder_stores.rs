@@ -3,7 +3,8 @@
 //! replaced by name; an owner's claim returns only the due rows of the shards it asks for,
 //! earliest first; a row claimed by a live holder is nobody else's, a row claimed by a vanished
 //! holder or a lapsed claim is anyone's; a settle applies only to the claim it names, so a
-//! reminder set again meanwhile survives its old delivery. PostgreSQL runs for real.
+//! reminder set again meanwhile survives its old delivery; a change fenced by a stale epoch is
+//! refused and changes nothing. PostgreSQL runs for real.
 
 #[path = "support/postgres.rs"]
 mod pg;
@@ -73,16 +74,16 @@ async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
     let live = vec!["a@1".to_string(), "b@1".to_string()];
 
     // Stored and listed by name; replaced by name.
-    s1.set_reminder(&x, sx, &spec("late", 2000, 0, "v1"))
+    s1.set_reminder(&x, sx, &spec("late", 2000, 0, "v1"), None)
         .await
         .unwrap();
-    s1.set_reminder(&x, sx, &spec("early", 1000, 0, "e"))
+    s1.set_reminder(&x, sx, &spec("early", 1000, 0, "e"), None)
         .await
         .unwrap();
-    s2.set_reminder(&y, sy, &spec("tick", 1500, 500, "t"))
+    s2.set_reminder(&y, sy, &spec("tick", 1500, 500, "t"), None)
         .await
         .unwrap();
-    s2.set_reminder(&x, sx, &spec("late", 3000, 0, "v2"))
+    s2.set_reminder(&x, sx, &spec("late", 3000, 0, "v2"), None)
         .await
         .unwrap();
     let listed = s1.list_reminders(&x).await.unwrap();
@@ -159,7 +160,7 @@ async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
 
     // A reminder set again while claimed is a new reminder: its old claim's settle is void.
     let late = stolen[0].clone();
-    s1.set_reminder(&x, sx, &spec("late", 4000, 0, "v3"))
+    s1.set_reminder(&x, sx, &spec("late", 4000, 0, "v3"), None)
         .await
         .unwrap();
     s2.settle(&[settle(&late, Settle::Delete)]).await.unwrap();
@@ -215,26 +216,26 @@ async fn suite(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
     // A row claimed ahead of its due time is checked before delivery: set again, it is void.
     let ahead = free[0].clone();
     assert!(s2.holds(&y, "tick", ahead.version).await.unwrap());
-    s2.set_reminder(&y, sy, &spec("tick", 9000, 500, "t2"))
+    s2.set_reminder(&y, sy, &spec("tick", 9000, 500, "t2"), None)
         .await
         .unwrap();
     assert!(!s1.holds(&y, "tick", ahead.version).await.unwrap());
 
     // Deleted by name; the limit per actor is named.
-    assert!(s2.delete_reminder(&x, "late").await.unwrap());
-    assert!(!s2.delete_reminder(&x, "late").await.unwrap());
+    assert!(s2.delete_reminder(&x, "late", None).await.unwrap());
+    assert!(!s2.delete_reminder(&x, "late", None).await.unwrap());
     assert!(s1.list_reminders(&x).await.unwrap().is_empty());
 }
 
 async fn limit(s: Arc<dyn StateStore>) {
     let z = ActorId::new("Invoice", "z");
     for i in 0..MAX_PER_ACTOR {
-        s.set_reminder(&z, shard_of(&z), &spec(&format!("r{i}"), 1, 0, ""))
+        s.set_reminder(&z, shard_of(&z), &spec(&format!("r{i}"), 1, 0, ""), None)
             .await
             .unwrap();
     }
     let refused = s
-        .set_reminder(&z, shard_of(&z), &spec("one-more", 1, 0, ""))
+        .set_reminder(&z, shard_of(&z), &spec("one-more", 1, 0, ""), None)
         .await
         .unwrap_err();
     assert!(
@@ -244,15 +245,82 @@ async fn limit(s: Arc<dyn StateStore>) {
         "{refused}"
     );
     // Replacing an existing name is not growth.
-    s.set_reminder(&z, shard_of(&z), &spec("r0", 2, 0, ""))
+    s.set_reminder(&z, shard_of(&z), &spec("r0", 2, 0, ""), None)
         .await
         .unwrap();
+}
+
+/// A reminder change carrying an epoch (the asking activation's) is applied only while that
+/// epoch is the actor's current one, judged by the store: once a newer activation took an epoch
+/// (through the other handle: another host), the old one can neither set nor delete, and what
+/// the new one set stays exactly as it set it.
+async fn fenced(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
+    let w = ActorId::new("Invoice", "w");
+    let sw = shard_of(&w);
+    let old = s1.next_epoch(&w).await.unwrap();
+    s1.set_reminder(&w, sw, &spec("due", 1000, 0, "old"), Some(old))
+        .await
+        .expect("the current epoch may set");
+    let new = s2.next_epoch(&w).await.unwrap();
+    assert!(new > old);
+
+    let stale = s1
+        .set_reminder(&w, sw, &spec("due", 1, 0, "zombie"), Some(old))
+        .await
+        .expect_err("a stale epoch may not set");
+    assert!(
+        matches!(stale, sigx_sidecar::state::StateError::StaleEpoch { .. }),
+        "{stale}"
+    );
+    let stale = s1
+        .set_reminder(&w, sw, &spec("extra", 1, 0, "zombie"), Some(old))
+        .await
+        .expect_err("nor add a name");
+    assert!(
+        matches!(stale, sigx_sidecar::state::StateError::StaleEpoch { .. }),
+        "{stale}"
+    );
+    let stale = s1
+        .delete_reminder(&w, "due", Some(old))
+        .await
+        .expect_err("nor delete");
+    assert!(
+        matches!(stale, sigx_sidecar::state::StateError::StaleEpoch { .. }),
+        "{stale}"
+    );
+    let ahead = s1
+        .set_reminder(&w, sw, &spec("due", 1, 0, "never"), Some(new + 5))
+        .await
+        .expect_err("an epoch never issued is refused too");
+    assert!(
+        matches!(ahead, sigx_sidecar::state::StateError::UnknownEpoch { .. }),
+        "{ahead}"
+    );
+    let rows = s2.list_reminders(&w).await.unwrap();
+    assert_eq!(
+        names(&rows),
+        ["w/due"],
+        "nothing the stale epoch asked for happened"
+    );
+    assert_eq!(&rows[0].payload[..], b"old");
+
+    s2.set_reminder(&w, sw, &spec("due", 2000, 0, "new"), Some(new))
+        .await
+        .expect("the new epoch may set");
+    assert!(s2.delete_reminder(&w, "due", Some(new)).await.unwrap());
+    // Unfenced changes (a process outside the actor) are not judged.
+    s1.set_reminder(&w, sw, &spec("admin", 3000, 0, ""), None)
+        .await
+        .unwrap();
+    assert!(s1.delete_reminder(&w, "admin", None).await.unwrap());
+    assert!(s1.list_reminders(&w).await.unwrap().is_empty());
 }
 
 #[tokio::test]
 async fn the_memory_store_keeps_the_reminder_promises() {
     let s: Arc<dyn StateStore> = Arc::new(MemoryStateStore::new());
     suite(s.clone(), s.clone()).await;
+    fenced(s.clone(), s.clone()).await;
     limit(s).await;
 }
 
@@ -262,7 +330,8 @@ async fn the_sqlite_store_keeps_the_reminder_promises_across_handles() {
     let path = dir.path().join("state.db");
     let s1: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
     let s2: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
-    suite(s1.clone(), s2).await;
+    suite(s1.clone(), s2.clone()).await;
+    fenced(s1.clone(), s2).await;
     limit(s1).await;
 }
 
@@ -308,6 +377,7 @@ async fn the_postgres_store_keeps_the_reminder_promises_across_handles() {
     let dsn = server.create_database("reminders").await;
     let s1: Arc<dyn StateStore> = Arc::new(PostgresStateStore::open(&dsn).await.unwrap());
     let s2: Arc<dyn StateStore> = Arc::new(PostgresStateStore::open(&dsn).await.unwrap());
-    suite(s1.clone(), s2).await;
+    suite(s1.clone(), s2.clone()).await;
+    fenced(s1.clone(), s2).await;
     limit(s1).await;
 }

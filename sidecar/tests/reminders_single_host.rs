@@ -78,6 +78,7 @@ fn set_in(
         due: Some(v1::set_reminder_request::Due::DueInMs(in_ms)),
         period_ms,
         payload: payload.as_bytes().to_vec().into(),
+        epoch: 0,
     }
 }
 
@@ -204,6 +205,7 @@ async fn a_periodic_reminder_keeps_its_period_until_deleted() {
         .delete_reminder(v1::DeleteReminderRequest {
             actor: invoice("inv-2"),
             name: "tick".into(),
+            epoch: 0,
         })
         .await
         .unwrap()
@@ -350,4 +352,75 @@ async fn a_reminder_claimed_before_a_restart_fires_after_it_without_waiting_out_
     .await;
     assert_eq!(reminder_turns(&g.app), [("later".to_string(), due, 1)]);
     g.host.stop(StopKind::Graceful).await;
+}
+
+/// The epoch `sigx_actor_epochs` holds for Invoice/`key` in the host's state file.
+fn epoch_in(dir: &Path, key: &str) -> u64 {
+    let db = rusqlite::Connection::open(dir.join("state.db")).unwrap();
+    db.query_row(
+        "SELECT epoch FROM sigx_actor_epochs WHERE actor_type = 'Invoice' AND actor_key = ?1",
+        [key],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reminder_change_fenced_by_a_superseded_epoch_is_refused_and_drops_the_activation() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut f = start(dir.path(), HashMap::new()).await;
+    support::call(&mut f.client, "Invoice", "inv-6", "touch", b"", 2_000)
+        .await
+        .unwrap();
+    let epoch = epoch_in(dir.path(), "inv-6");
+    assert!(epoch > 0, "activating with a state store takes an epoch");
+
+    // Fenced by the live activation's epoch: accepted.
+    let mut first = set_in("inv-6", "bill", 60_000, 0, "v1");
+    first.epoch = epoch;
+    f.client.set_reminder(first).await.unwrap();
+
+    // Another host takes the actor over (what its activation does to the store).
+    rusqlite::Connection::open(dir.path().join("state.db"))
+        .unwrap()
+        .execute(
+            "UPDATE sigx_actor_epochs SET epoch = epoch + 1 \
+             WHERE actor_type = 'Invoice' AND actor_key = 'inv-6'",
+            [],
+        )
+        .unwrap();
+
+    let refused = |s: tonic::Status| {
+        assert_eq!(s.code(), tonic::Code::Aborted, "{s:?}");
+        let e = sigx_proto::ActorError::from_status(&s);
+        assert_eq!(e.kind, sigx_proto::ErrorKind::StaleEpoch, "{e:?}");
+    };
+    let mut stale_set = set_in("inv-6", "bill", 1_000, 0, "v2");
+    stale_set.epoch = epoch;
+    refused(f.client.set_reminder(stale_set).await.unwrap_err());
+    refused(
+        f.client
+            .delete_reminder(v1::DeleteReminderRequest {
+                actor: invoice("inv-6"),
+                name: "bill".into(),
+                epoch,
+            })
+            .await
+            .unwrap_err(),
+    );
+    let kept = listed(&mut f.client, "inv-6").await;
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        &kept[0].payload[..],
+        b"v1",
+        "the stale change wrote nothing"
+    );
+    assert!(counters(&mut f.client).await["staleEpochs"] >= 2);
+
+    // The superseded activation was dropped: the next call activates afresh, on a newer epoch.
+    support::call(&mut f.client, "Invoice", "inv-6", "touch", b"", 2_000)
+        .await
+        .unwrap();
+    assert_eq!(epoch_in(dir.path(), "inv-6"), epoch + 2);
+    f.host.stop(StopKind::Graceful).await;
 }

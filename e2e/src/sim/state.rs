@@ -129,12 +129,18 @@ impl ReminderStore for RecordedState {
         actor: &ActorId,
         shard: u32,
         spec: &ReminderSpec,
+        fence: Option<u64>,
     ) -> Result<(), StateError> {
-        self.inner.set_reminder(actor, shard, spec).await
+        self.inner.set_reminder(actor, shard, spec, fence).await
     }
 
-    async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError> {
-        self.inner.delete_reminder(actor, name).await
+    async fn delete_reminder(
+        &self,
+        actor: &ActorId,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<bool, StateError> {
+        self.inner.delete_reminder(actor, name, fence).await
     }
 
     async fn list_reminders(&self, actor: &ActorId) -> Result<Vec<ReminderRow>, StateError> {

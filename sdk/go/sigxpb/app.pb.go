@@ -891,7 +891,12 @@ type SetReminderRequest struct {
 	// down) are skipped, not replayed: the next due time is the first one after now.
 	PeriodMs uint64 `protobuf:"varint,5,opt,name=period_ms,json=periodMs,proto3" json:"period_ms,omitempty"`
 	// Delivered with every occurrence, at most 64 KiB.
-	Payload       []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	Payload []byte `protobuf:"bytes,6,opt,name=payload,proto3" json:"payload,omitempty"`
+	// The fence: 0 = none (a process outside the actor, e.g. an admin tool). Otherwise the epoch
+	// of the activation asking (`Turn.epoch`): the reminder is stored only if that epoch is still
+	// the actor's current one, checked by the state store in the same transaction as the write;
+	// else STALE_EPOCH and nothing is stored. The SDKs' in-turn handles pass it.
+	Epoch         uint64 `protobuf:"varint,7,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -979,6 +984,13 @@ func (x *SetReminderRequest) GetPayload() []byte {
 	return nil
 }
 
+func (x *SetReminderRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type isSetReminderRequest_Due interface {
 	isSetReminderRequest_Due()
 }
@@ -1045,9 +1057,12 @@ func (x *SetReminderResponse) GetDueUnixMs() int64 {
 
 // Deletes a reminder.
 type DeleteReminderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actor         *ActorRef              `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor *ActorRef              `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	Name  string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The fence, as `SetReminderRequest.epoch`: 0 = none; otherwise the reminder is deleted only
+	// if this epoch is still the actor's current one (else STALE_EPOCH and nothing is deleted).
+	Epoch         uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1094,6 +1109,13 @@ func (x *DeleteReminderRequest) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *DeleteReminderRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type DeleteReminderResponse struct {
@@ -3438,20 +3460,22 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\ractivation_id\x18\x02 \x01(\tR\factivationId\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\"/\n" +
 	"\x13CancelTimerResponse\x12\x18\n" +
-	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xd6\x01\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"\xec\x01\n" +
 	"\x12SetReminderRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12 \n" +
 	"\vdue_unix_ms\x18\x03 \x01(\x03H\x00R\tdueUnixMs\x12\x1c\n" +
 	"\tdue_in_ms\x18\x04 \x01(\x04H\x00R\adueInMs\x12\x1b\n" +
 	"\tperiod_ms\x18\x05 \x01(\x04R\bperiodMs\x12\x18\n" +
-	"\apayload\x18\x06 \x01(\fR\apayloadB\x05\n" +
+	"\apayload\x18\x06 \x01(\fR\apayload\x12\x14\n" +
+	"\x05epoch\x18\a \x01(\x04R\x05epochB\x05\n" +
 	"\x03due\"5\n" +
 	"\x13SetReminderResponse\x12\x1e\n" +
-	"\vdue_unix_ms\x18\x01 \x01(\x03R\tdueUnixMs\"[\n" +
+	"\vdue_unix_ms\x18\x01 \x01(\x03R\tdueUnixMs\"q\n" +
 	"\x15DeleteReminderRequest\x12.\n" +
 	"\x05actor\x18\x01 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"2\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\"2\n" +
 	"\x16DeleteReminderResponse\x12\x18\n" +
 	"\aexisted\x18\x01 \x01(\bR\aexisted\"F\n" +
 	"\x14ListRemindersRequest\x12.\n" +

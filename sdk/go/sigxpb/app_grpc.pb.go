@@ -84,9 +84,13 @@ type ActorHostClient interface {
 	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
 	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
 	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
-	// and restarts until it is deleted or, for a one-shot reminder, delivered.
+	// and restarts until it is deleted or, for a one-shot reminder, delivered. From inside a turn,
+	// pass the turn's `epoch`: the store then refuses the change (STALE_EPOCH, nothing changed)
+	// once a newer activation of the actor exists, so a zombie activation cannot rearrange the
+	// reminders of its successor.
 	SetReminder(ctx context.Context, in *SetReminderRequest, opts ...grpc.CallOption) (*SetReminderResponse, error)
-	// Deletes a reminder by name (absent is fine: `existed` says which).
+	// Deletes a reminder by name (absent is fine: `existed` says which). Fenced by `epoch` like
+	// `SetReminder`.
 	DeleteReminder(ctx context.Context, in *DeleteReminderRequest, opts ...grpc.CallOption) (*DeleteReminderResponse, error)
 	// The reminders of one actor, by name.
 	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
@@ -310,9 +314,13 @@ type ActorHostServer interface {
 	// Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
 	// `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
 	// the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
-	// and restarts until it is deleted or, for a one-shot reminder, delivered.
+	// and restarts until it is deleted or, for a one-shot reminder, delivered. From inside a turn,
+	// pass the turn's `epoch`: the store then refuses the change (STALE_EPOCH, nothing changed)
+	// once a newer activation of the actor exists, so a zombie activation cannot rearrange the
+	// reminders of its successor.
 	SetReminder(context.Context, *SetReminderRequest) (*SetReminderResponse, error)
-	// Deletes a reminder by name (absent is fine: `existed` says which).
+	// Deletes a reminder by name (absent is fine: `existed` says which). Fenced by `epoch` like
+	// `SetReminder`.
 	DeleteReminder(context.Context, *DeleteReminderRequest) (*DeleteReminderResponse, error)
 	// The reminders of one actor, by name.
 	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)

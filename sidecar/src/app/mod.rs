@@ -458,7 +458,7 @@ impl ActorHost for AppService {
         let req = request.into_inner();
         let actor = actor_of(req.actor.as_ref(), "actor")?;
         Ok(Response::new(
-            crate::reminders::api::delete(&self.runtime, actor, &req.name).await?,
+            crate::reminders::api::delete(&self.runtime, actor, &req).await?,
         ))
     }
 

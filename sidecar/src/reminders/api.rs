@@ -6,14 +6,38 @@ use crate::state::StateError;
 use sigx_proto::{ActorError, v1};
 use std::sync::atomic::Ordering;
 
-/// A store failure as the app sees it. Every reminder RPC is idempotent, so retrying is safe.
-fn store_error(what: &str, actor: &ActorId, e: StateError) -> ActorError {
+/// A store failure as the app sees it. Every reminder RPC is idempotent, so retrying is safe,
+/// except after a refused fence: a newer activation of the actor exists, and the asking one is
+/// superseded on this host (it would be refused again).
+fn store_error(
+    runtime: &Runtime,
+    what: &str,
+    actor: &ActorId,
+    fence: Option<u64>,
+    e: StateError,
+) -> ActorError {
     match e {
         StateError::Invalid(m) => ActorError::invalid(m),
+        e @ (StateError::StaleEpoch { .. } | StateError::UnknownEpoch { .. }) => {
+            let err = ActorError::stale_epoch(format!(
+                "{what} for {actor} was refused: {e}; nothing changed. A newer activation of the \
+                 actor owns its reminders now; this activation is dropped"
+            ));
+            tracing::warn!(%actor, epoch = fence, error = %e, "reminder change refused: stale epoch");
+            if let Some(epoch) = fence {
+                runtime.supersede_epoch(actor, epoch, err.clone());
+            }
+            err
+        }
         e => ActorError::unreachable(format!(
             "{what} for {actor} failed: {e}; retry (the request is idempotent)"
         )),
     }
+}
+
+/// The fence a request carries: its epoch, 0 meaning none.
+fn fence_of(epoch: u64) -> Option<u64> {
+    (epoch != 0).then_some(epoch)
 }
 
 /// Refuses reminders on a type this host's app registers as a worker.
@@ -59,14 +83,15 @@ pub async fn set(
     req: v1::SetReminderRequest,
 ) -> Result<v1::SetReminderResponse, ActorError> {
     check_actor_type(runtime, &actor)?;
+    let fence = fence_of(req.epoch);
     let spec = spec_of(req, runtime.config().clock.wall_unix_ms())?;
     let due_unix_ms = spec.due_unix_ms;
     runtime
         .config()
         .state
-        .set_reminder(&actor, shard_of(&actor), &spec)
+        .set_reminder(&actor, shard_of(&actor), &spec, fence)
         .await
-        .map_err(|e| store_error("setting a reminder", &actor, e))?;
+        .map_err(|e| store_error(runtime, "setting a reminder", &actor, fence, e))?;
     runtime
         .counters()
         .reminders
@@ -83,14 +108,15 @@ pub async fn set(
 pub async fn delete(
     runtime: &Runtime,
     actor: ActorId,
-    name: &str,
+    req: &v1::DeleteReminderRequest,
 ) -> Result<v1::DeleteReminderResponse, ActorError> {
+    let fence = fence_of(req.epoch);
     let existed = runtime
         .config()
         .state
-        .delete_reminder(&actor, name)
+        .delete_reminder(&actor, &req.name, fence)
         .await
-        .map_err(|e| store_error("deleting a reminder", &actor, e))?;
+        .map_err(|e| store_error(runtime, "deleting a reminder", &actor, fence, e))?;
     Ok(v1::DeleteReminderResponse { existed })
 }
 
@@ -104,7 +130,7 @@ pub async fn list(
         .state
         .list_reminders(&actor)
         .await
-        .map_err(|e| store_error("listing reminders", &actor, e))?;
+        .map_err(|e| store_error(runtime, "listing reminders", &actor, None, e))?;
     Ok(v1::ListRemindersResponse {
         reminders: rows.iter().map(to_info).collect(),
     })

@@ -24,9 +24,8 @@ impl Table {
     }
 }
 
-#[async_trait]
-impl ReminderStore for MemoryStateStore {
-    async fn set_reminder(
+impl MemoryStateStore {
+    fn set_unfenced(
         &self,
         actor: &ActorId,
         shard: u32,
@@ -68,10 +67,30 @@ impl ReminderStore for MemoryStateStore {
         );
         Ok(())
     }
+}
 
-    async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError> {
-        let mut t = self.reminders.lock().expect("reminders lock");
-        Ok(t.rows.remove(&(actor.clone(), name.to_string())).is_some())
+#[async_trait]
+impl ReminderStore for MemoryStateStore {
+    async fn set_reminder(
+        &self,
+        actor: &ActorId,
+        shard: u32,
+        spec: &ReminderSpec,
+        fence: Option<u64>,
+    ) -> Result<(), StateError> {
+        self.fenced(actor, fence, || self.set_unfenced(actor, shard, spec))
+    }
+
+    async fn delete_reminder(
+        &self,
+        actor: &ActorId,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<bool, StateError> {
+        self.fenced(actor, fence, || {
+            let mut t = self.reminders.lock().expect("reminders lock");
+            Ok(t.rows.remove(&(actor.clone(), name.to_string())).is_some())
+        })
     }
 
     async fn list_reminders(&self, actor: &ActorId) -> Result<Vec<ReminderRow>, StateError> {

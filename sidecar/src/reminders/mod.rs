@@ -193,15 +193,26 @@ pub struct Settlement {
 pub trait ReminderStore: Send + Sync + 'static {
     /// Stores `spec` for `actor` in `shard`, replacing a reminder of that name (and voiding its
     /// claim). Refuses past [`MAX_PER_ACTOR`].
+    ///
+    /// With a `fence` (the asking activation's epoch), stores it only if that epoch is still the
+    /// actor's current one, judged in the same transaction as the write
+    /// ([`StateError::StaleEpoch`] otherwise, nothing stored): a zombie activation cannot
+    /// rearrange its successor's reminders.
     async fn set_reminder(
         &self,
         actor: &ActorId,
         shard: u32,
         spec: &ReminderSpec,
+        fence: Option<u64>,
     ) -> Result<(), StateError>;
 
-    /// Deletes the named reminder; whether it existed.
-    async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError>;
+    /// Deletes the named reminder; whether it existed. Fenced like [`Self::set_reminder`].
+    async fn delete_reminder(
+        &self,
+        actor: &ActorId,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<bool, StateError>;
 
     /// The actor's reminders, by name.
     async fn list_reminders(&self, actor: &ActorId) -> Result<Vec<ReminderRow>, StateError>;

@@ -10,8 +10,8 @@ use super::{
     ClaimRequest, MAX_PER_ACTOR, ReminderRow, ReminderSpec, ReminderStore, Settle, Settlement,
 };
 use crate::runtime::ActorId;
-use crate::state::StateError;
-use crate::state::sqlite::{SqliteStateStore, sql};
+use crate::state::sqlite::{SqliteStateStore, current_epoch, sql};
+use crate::state::{StateError, judge_epoch};
 use async_trait::async_trait;
 use bytes::Bytes;
 use rusqlite::{Row, params};
@@ -47,9 +47,13 @@ impl ReminderStore for SqliteStateStore {
         actor: &ActorId,
         shard: u32,
         spec: &ReminderSpec,
+        fence: Option<u64>,
     ) -> Result<(), StateError> {
         let (actor, spec) = (actor.clone(), spec.clone());
         self.write(move |tx| {
+            if let Some(epoch) = fence {
+                judge_epoch(&actor, epoch, current_epoch(tx, &actor)?)?;
+            }
             let (t, k) = (&*actor.actor_type, &*actor.key);
             let (held, exists): (i64, i64) = tx
                 .query_row(
@@ -91,9 +95,17 @@ impl ReminderStore for SqliteStateStore {
         .await
     }
 
-    async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError> {
+    async fn delete_reminder(
+        &self,
+        actor: &ActorId,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<bool, StateError> {
         let (actor, name) = (actor.clone(), name.to_string());
         self.write(move |conn| {
+            if let Some(epoch) = fence {
+                judge_epoch(&actor, epoch, current_epoch(conn, &actor)?)?;
+            }
             let n = conn
                 .execute(
                     "DELETE FROM sigx_reminders

@@ -126,6 +126,19 @@ impl Runtime {
         }
     }
 
+    /// Ends the live activation of `actor` on this host if it holds `epoch`: the state store
+    /// refused that epoch for a reminder change, so a newer activation exists elsewhere.
+    pub(crate) fn supersede_epoch(&self, actor: &ActorId, epoch: u64, err: ActorError) {
+        self.inner
+            .counters
+            .stale_epochs
+            .fetch_add(1, Ordering::Relaxed);
+        let table = self.inner.activations.lock().expect("activations lock");
+        if let Some(a) = table.get(actor).filter(|a| a.shared.epoch() == epoch) {
+            a.shared.supersede(err);
+        }
+    }
+
     /// The live activation `activation_id` of `actor` on this host.
     fn live(&self, actor: &ActorId, activation_id: &str) -> Result<Arc<Shared>, ActorError> {
         let table = self.inner.activations.lock().expect("activations lock");

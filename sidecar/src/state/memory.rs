@@ -28,6 +28,21 @@ impl MemoryStateStore {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Runs `f` only if `fence` (when given) is `actor`'s current epoch, holding the epoch lock
+    /// throughout, so no newer epoch can be issued between the check and the write.
+    pub(crate) fn fenced<R>(
+        &self,
+        actor: &ActorId,
+        fence: Option<u64>,
+        f: impl FnOnce() -> Result<R, StateError>,
+    ) -> Result<R, StateError> {
+        let actors = self.actors.lock().expect("state lock");
+        if let Some(epoch) = fence {
+            judge_epoch(actor, epoch, actors.get(actor).map_or(0, |a| a.epoch))?;
+        }
+        f()
+    }
 }
 
 #[async_trait]

@@ -263,7 +263,7 @@ pub(crate) fn sql(e: rusqlite::Error) -> StateError {
     unavailable(e.to_string())
 }
 
-fn current_epoch(conn: &Connection, actor: &ActorId) -> Result<u64, StateError> {
+pub(crate) fn current_epoch(conn: &Connection, actor: &ActorId) -> Result<u64, StateError> {
     let epoch: Option<i64> = conn
         .query_row(
             "SELECT epoch FROM sigx_actor_epochs WHERE actor_type = ?1 AND actor_key = ?2",

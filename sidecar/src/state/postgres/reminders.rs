@@ -10,7 +10,7 @@ use crate::reminders::{
     ClaimRequest, MAX_PER_ACTOR, ReminderRow, ReminderSpec, ReminderStore, Settle, Settlement,
 };
 use crate::runtime::ActorId;
-use crate::state::StateError;
+use crate::state::{StateError, judge_epoch};
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -40,6 +40,40 @@ impl PostgresStateStore {
             .await
             .map_err(|e| self.unavailable("cannot connect to PostgreSQL", &e))
     }
+
+    /// A connection for a reminder change. With a `fence`, inside a transaction holding the
+    /// actor's epoch row (`FOR UPDATE`) judged current, so no newer activation can be issued
+    /// an epoch before the change commits ([`Self::commit_fenced`]); a refused fence rolls back.
+    async fn fenced_conn(
+        &self,
+        actor: &ActorId,
+        fence: Option<u64>,
+    ) -> Result<super::Pooled, StateError> {
+        let Some(epoch) = fence else {
+            return self.conn().await;
+        };
+        let mut c = self.begin("BEGIN").await?;
+        let current = self.current_epoch(&c, actor, true).await?;
+        if let Err(refused) = judge_epoch(actor, epoch, current) {
+            let _ = self.end(&mut c, "ROLLBACK").await;
+            return Err(refused);
+        }
+        Ok(c)
+    }
+
+    /// Commits what [`Self::fenced_conn`] opened (nothing to do without a fence).
+    async fn commit_fenced(&self, c: &mut super::Pooled) -> Result<(), StateError> {
+        if !c.in_tx {
+            return Ok(());
+        }
+        self.end(c, "COMMIT").await.map_err(|e| {
+            self.unavailable(
+                "the reminder change's commit answer was lost (it may or may not be stored; \
+                 ListReminders tells)",
+                &e,
+            )
+        })
+    }
 }
 
 #[async_trait]
@@ -49,11 +83,12 @@ impl ReminderStore for PostgresStateStore {
         actor: &ActorId,
         shard: u32,
         spec: &ReminderSpec,
+        fence: Option<u64>,
     ) -> Result<(), StateError> {
         self.timed("setting a reminder", async {
             let (t, k) = (&*actor.actor_type, &*actor.key);
             let failed = |e| self.unavailable("cannot set the reminder", &e);
-            let c = self.conn().await?;
+            let mut c = self.fenced_conn(actor, fence).await?;
             // Counted outside the write: the bound is approximate under concurrent sets of new
             // names for one actor, which is all a guard against runaway growth needs.
             let row = c
@@ -95,14 +130,19 @@ impl ReminderStore for PostgresStateStore {
                 )
                 .await
                 .map_err(failed)?;
-            Ok(())
+            self.commit_fenced(&mut c).await
         })
         .await
     }
 
-    async fn delete_reminder(&self, actor: &ActorId, name: &str) -> Result<bool, StateError> {
+    async fn delete_reminder(
+        &self,
+        actor: &ActorId,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<bool, StateError> {
         self.timed("deleting a reminder", async {
-            let c = self.conn().await?;
+            let mut c = self.fenced_conn(actor, fence).await?;
             let n = c
                 .client
                 .execute(
@@ -112,6 +152,7 @@ impl ReminderStore for PostgresStateStore {
                 )
                 .await
                 .map_err(|e| self.unavailable("cannot delete the reminder", &e))?;
+            self.commit_fenced(&mut c).await?;
             Ok(n > 0)
         })
         .await

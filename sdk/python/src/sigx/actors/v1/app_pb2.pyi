@@ -143,20 +143,22 @@ class CancelTimerResponse(_message.Message):
     def __init__(self, existed: _Optional[bool] = ...) -> None: ...
 
 class SetReminderRequest(_message.Message):
-    __slots__ = ("actor", "name", "due_unix_ms", "due_in_ms", "period_ms", "payload")
+    __slots__ = ("actor", "name", "due_unix_ms", "due_in_ms", "period_ms", "payload", "epoch")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     DUE_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     DUE_IN_MS_FIELD_NUMBER: _ClassVar[int]
     PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     name: str
     due_unix_ms: int
     due_in_ms: int
     period_ms: int
     payload: bytes
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ..., due_unix_ms: _Optional[int] = ..., due_in_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+    epoch: int
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ..., due_unix_ms: _Optional[int] = ..., due_in_ms: _Optional[int] = ..., period_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class SetReminderResponse(_message.Message):
     __slots__ = ("due_unix_ms",)
@@ -165,12 +167,14 @@ class SetReminderResponse(_message.Message):
     def __init__(self, due_unix_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteReminderRequest(_message.Message):
-    __slots__ = ("actor", "name")
+    __slots__ = ("actor", "name", "epoch")
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     actor: _types_pb2.ActorRef
     name: str
-    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+    epoch: int
+    def __init__(self, actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., name: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class DeleteReminderResponse(_message.Message):
     __slots__ = ("existed",)

@@ -194,14 +194,18 @@ class ActorHostServicer:
         """Sets (or replaces, by name) a durable reminder of an actor: at its due time the actor gets a
         `Reminder` turn, wherever it lives, activated if it is not (DESIGN.md §11). Any process on
         the socket may set one, from inside a turn or not. The reminder outlives activations, hosts
-        and restarts until it is deleted or, for a one-shot reminder, delivered.
+        and restarts until it is deleted or, for a one-shot reminder, delivered. From inside a turn,
+        pass the turn's `epoch`: the store then refuses the change (STALE_EPOCH, nothing changed)
+        once a newer activation of the actor exists, so a zombie activation cannot rearrange the
+        reminders of its successor.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteReminder(self, request, context):
-        """Deletes a reminder by name (absent is fine: `existed` says which).
+        """Deletes a reminder by name (absent is fine: `existed` says which). Fenced by `epoch` like
+        `SetReminder`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
