@@ -24,7 +24,7 @@ async fn finish(fleet: &mut Fleet, name: &str, ledger: &sigx_e2e::chaos::Ledger)
         name,
         ledger,
         &finals,
-        trace::duplicate_activations(&fleet.trace_file()),
+        trace::duplicate_activations_around(&fleet.trace_file(), fleet.freezes()),
     )
 }
 

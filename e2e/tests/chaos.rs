@@ -174,7 +174,7 @@ async fn a_host_suspended_past_its_ttl_fences_on_resume_and_never_serves_again()
         .filter(|v| v["host"] == victim_id.as_str() && v["event"] == "turn-start")
         .filter(|v| v["t_ns"].as_u64().unwrap_or(0) > resumed_ns)
         .count();
-    let dups = trace::duplicate_activations(&fleet.trace_file());
+    let dups = trace::duplicate_activations_around(&fleet.trace_file(), fleet.freezes());
     fleet.shutdown().await;
     assert_eq!(late_turns, 0, "the fenced host served turns after resuming");
     assert!(dups.is_empty(), "{dups:?}");

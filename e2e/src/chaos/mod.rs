@@ -128,6 +128,10 @@ pub struct Fleet {
     secret_file: PathBuf,
     generation: u32,
     app_restarts: u32,
+    /// Whole-pod freezes (SIGSTOP … SIGCONT), for the duplicate-activation checker.
+    freezes: Vec<trace::Freeze>,
+    /// Pods stopped and not yet resumed: (pod index, monotonic ns of the stop).
+    frozen: Vec<(usize, u64)>,
 }
 
 async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
@@ -148,6 +152,12 @@ async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
         .ok()?
         .ok()?;
     buf.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the clock the counter app's trace lines are stamped with.
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 fn free_port(ip: &str) -> u16 {
@@ -172,6 +182,8 @@ impl Fleet {
             secret_file,
             generation: 0,
             app_restarts: 0,
+            freezes: Vec::new(),
+            frozen: Vec::new(),
         };
         for _ in 0..fleet.cfg.hosts {
             fleet.spawn_pod().await;
@@ -343,6 +355,7 @@ impl Fleet {
     /// SIGSTOP both processes of pod `i` (a VM suspend).
     pub fn sigstop(&mut self, i: usize) {
         self.untarget(i);
+        self.frozen.push((i, monotonic_ns()));
         for pid in self.pods[i].pids() {
             signal(pid, Signal::STOP);
         }
@@ -350,6 +363,14 @@ impl Fleet {
 
     /// SIGCONT both processes of pod `i`.
     pub fn sigcont(&mut self, i: usize) {
+        if let Some(k) = self.frozen.iter().position(|(p, _)| *p == i) {
+            let (_, stopped_ns) = self.frozen.remove(k);
+            self.freezes.push(trace::Freeze {
+                host: self.pods[i].id.clone(),
+                stopped_ns,
+                resumed_ns: monotonic_ns(),
+            });
+        }
         for pid in self.pods[i].pids() {
             signal(pid, Signal::CONT);
         }
@@ -418,6 +439,11 @@ impl Fleet {
             handoffs.push(took);
         }
         handoffs
+    }
+
+    /// The pods frozen whole and resumed so far (for [`trace::duplicate_activations_around`]).
+    pub fn freezes(&self) -> &[trace::Freeze] {
+        &self.freezes
     }
 
     /// Stops every live pod.

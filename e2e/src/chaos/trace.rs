@@ -7,9 +7,49 @@
 //! single-activation guarantee. An `activation-end` marked `"dropped"` (the app dropped the
 //! state when its sidecar fenced or went away, running no code) counts as no end line: what
 //! bounds the span is the activation's last turn, as for a killed process.
+//!
+//! A whole pod frozen by SIGSTOP (a VM suspend) is the one case where the span needs the
+//! harness's word ([`Freeze`]): a process stopped in the middle of a turn's poll finishes that
+//! poll when it resumes, after the lease lapsed and another host took the actor. No runtime can
+//! stop a frozen process from doing that (a process pause is indistinguishable from a slow one
+//! until it runs again); what it produces is fenced instead: its answer is never `ok` and its
+//! state write is refused by the epoch, both judged by the ledger, not here. So a `turn-end`
+//! the pod records within [`RESUME_RESIDUE`] of its resume, for a turn it was already running
+//! when it froze, counts as ending at the freeze. Everything else still counts at its time: a
+//! turn *started* after the resume, an `activation-end` (a Deactivate hook is new code), and a
+//! turn still running past the residue (an SDK that failed to cancel at its not-after).
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::time::Duration;
+
+/// The longest a resumed pod's app may take to end a turn it was running when it froze: the
+/// rest of the poll it was stopped in, plus the SDK's cancellation (its not-after wait reads
+/// the wall clock every 100 ms; the sidecar's fence notice cancels at once), on a loaded
+/// 2-core machine.
+pub const RESUME_RESIDUE: Duration = Duration::from_millis(250);
+
+/// A pod the harness froze (SIGSTOP of its sidecar and app) and resumed, on CLOCK_MONOTONIC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Freeze {
+    /// The pod's host id, as its trace lines name it.
+    pub host: String,
+    /// Read just before SIGSTOP was sent.
+    pub stopped_ns: u64,
+    /// Read just before SIGCONT was sent.
+    pub resumed_ns: u64,
+}
+
+impl Freeze {
+    /// The time a `turn-end` at `t` on `host` counts at (see the module docs).
+    fn judged(freezes: &[Freeze], host: &str, t: u64) -> u64 {
+        let residue = RESUME_RESIDUE.as_nanos() as u64;
+        freezes
+            .iter()
+            .find(|f| f.host == host && f.resumed_ns <= t && t <= f.resumed_ns + residue)
+            .map_or(t, |f| f.stopped_ns)
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 struct Span {
@@ -20,6 +60,12 @@ struct Span {
 
 /// The duplicate activations in the trace at `path`, one line each.
 pub fn duplicate_activations(path: &Path) -> Vec<String> {
+    duplicate_activations_around(path, &[])
+}
+
+/// [`duplicate_activations`] for a run in which the harness froze pods (`freezes`): a turn a
+/// frozen pod was running ends at its freeze if it ends within [`RESUME_RESIDUE`] of the resume.
+pub fn duplicate_activations_around(path: &Path, freezes: &[Freeze]) -> Vec<String> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return vec![format!("trace {} is unreadable", path.display())];
     };
@@ -48,6 +94,7 @@ pub fn duplicate_activations(path: &Path) -> Vec<String> {
             });
         match event {
             "activation-start" => span.start = span.start.min(t),
+            "turn-end" => span.end = span.end.max(Freeze::judged(freezes, &span.host, t)),
             _ => span.end = span.end.max(t),
         }
         span.start = span.start.min(t);
@@ -197,6 +244,78 @@ mod tests {
         ];
         std::fs::write(&path, late.join("\n")).unwrap();
         assert_eq!(duplicate_activations(&path).len(), 1);
+    }
+
+    #[test]
+    fn a_turn_a_frozen_pod_ends_on_resume_ends_at_its_freeze_and_nothing_else_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        const MS: u64 = 1_000_000;
+        let freeze = Freeze {
+            host: "h".into(),
+            stopped_ns: 10 * MS,
+            resumed_ns: 5_000 * MS,
+        };
+        let on = |t: u64, event: &str, activation: &str, host: &str| {
+            format!(
+                r#"{{"t_ns":{t},"event":"{event}","actor":"Counter/a","activation":"{activation}","host":"{host}"}}"#
+            )
+        };
+        let check = |lines: &[String]| {
+            std::fs::write(&path, lines.join("\n")).unwrap();
+            (
+                duplicate_activations(&path).len(),
+                duplicate_activations_around(&path, std::slice::from_ref(&freeze)).len(),
+            )
+        };
+        let taken_over = |tail: Vec<String>| {
+            let mut l = vec![
+                on(MS, "activation-start", "x", "h"),
+                on(9 * MS, "turn-start", "x", "h"),
+                on(2_000 * MS, "activation-start", "y", "g"),
+                on(2_001 * MS, "turn-end", "y", "g"),
+            ];
+            l.extend(tail);
+            l
+        };
+        // The turn it froze in ends 3 ms after the resume: excused only with the harness's word.
+        assert_eq!(
+            check(&taken_over(vec![on(5_003 * MS, "turn-end", "x", "h")])),
+            (1, 0)
+        );
+        // Still running a second after the resume: the SDK did not cancel it. Caught.
+        assert_eq!(
+            check(&taken_over(vec![on(6_000 * MS, "turn-end", "x", "h")])),
+            (1, 1)
+        );
+        // A turn started after the resume is new code. Caught.
+        assert_eq!(
+            check(&taken_over(vec![
+                on(5_003 * MS, "turn-end", "x", "h"),
+                on(5_004 * MS, "turn-start", "x", "h"),
+                on(5_005 * MS, "turn-end", "x", "h"),
+            ])),
+            (1, 1)
+        );
+        // A Deactivate hook run after the resume is new code. Caught.
+        assert_eq!(
+            check(&taken_over(vec![
+                on(5_003 * MS, "turn-end", "x", "h"),
+                on(5_004 * MS, "activation-end", "x", "h"),
+            ])),
+            (1, 1)
+        );
+        // The freeze of another pod excuses nothing here.
+        let elsewhere = Freeze {
+            host: "other".into(),
+            ..freeze.clone()
+        };
+        std::fs::write(
+            &path,
+            taken_over(vec![on(5_003 * MS, "turn-end", "x", "h")]).join("\n"),
+        )
+        .unwrap();
+        assert_eq!(duplicate_activations_around(&path, &[elsewhere]).len(), 1);
     }
 
     #[test]
