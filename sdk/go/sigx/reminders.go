@@ -69,10 +69,15 @@ func reminderFromPB(r *pb.Reminder) Reminder {
 // 100 ms. payload (at most 64 KiB) comes back with every occurrence. Bad input is a KindInvalid
 // *ActorError with the sidecar's reason.
 func (c *Client) SetReminder(ctx context.Context, ref ActorRef, name string, due Due, period time.Duration, payload []byte) (time.Time, error) {
+	return c.setReminder(ctx, ref, name, due, period, payload, 0)
+}
+
+// setReminder is SetReminder fenced by epoch (0: unfenced).
+func (c *Client) setReminder(ctx context.Context, ref ActorRef, name string, due Due, period time.Duration, payload []byte, epoch uint64) (time.Time, error) {
 	if period < 0 {
 		return time.Time{}, invalid("reminder %q has a negative period (%s); use 0 for one-shot", name, period)
 	}
-	req := &pb.SetReminderRequest{Actor: ref.pb(), Name: name, Payload: payload}
+	req := &pb.SetReminderRequest{Actor: ref.pb(), Name: name, Payload: payload, Epoch: epoch}
 	if period > 0 {
 		// A positive period under 1 ms stays positive, so the sidecar names the minimum.
 		req.PeriodMs = max(1, uint64(period.Milliseconds()))
@@ -94,7 +99,12 @@ func (c *Client) SetReminder(ctx context.Context, ref ActorRef, name string, due
 
 // DeleteReminder deletes a reminder by name and says whether it existed (absent is fine).
 func (c *Client) DeleteReminder(ctx context.Context, ref ActorRef, name string) (bool, error) {
-	res, err := c.api.DeleteReminder(ctx, &pb.DeleteReminderRequest{Actor: ref.pb(), Name: name})
+	return c.deleteReminder(ctx, ref, name, 0)
+}
+
+// deleteReminder is DeleteReminder fenced by epoch (0: unfenced).
+func (c *Client) deleteReminder(ctx context.Context, ref ActorRef, name string, epoch uint64) (bool, error) {
+	res, err := c.api.DeleteReminder(ctx, &pb.DeleteReminderRequest{Actor: ref.pb(), Name: name, Epoch: epoch})
 	if err != nil {
 		return false, decodeErr(ctx, c.socket, err)
 	}
@@ -120,6 +130,11 @@ func (c *Client) ListReminders(ctx context.Context, ref ActorRef) ([]ReminderInf
 type ActorHandle struct {
 	Client *Client
 	Ref    ActorRef
+	// Fence is the epoch its reminder changes carry (0: unfenced). ThisActor sets it to the
+	// turn's epoch: once a newer activation of the actor exists the store refuses them
+	// (KindStaleEpoch, nothing changed), so an activation that outlived its lease cannot
+	// rearrange its successor's reminders.
+	Fence uint64
 }
 
 // Actor returns a handle on the actor ref.
@@ -132,12 +147,12 @@ func (h ActorHandle) Call(ctx context.Context, method string, payload []byte) ([
 
 // SetReminder sets (or replaces) a reminder of the actor. See Client.SetReminder.
 func (h ActorHandle) SetReminder(ctx context.Context, name string, due Due, period time.Duration, payload []byte) (time.Time, error) {
-	return h.Client.SetReminder(ctx, h.Ref, name, due, period, payload)
+	return h.Client.setReminder(ctx, h.Ref, name, due, period, payload, h.Fence)
 }
 
 // DeleteReminder deletes a reminder of the actor; whether it existed.
 func (h ActorHandle) DeleteReminder(ctx context.Context, name string) (bool, error) {
-	return h.Client.DeleteReminder(ctx, h.Ref, name)
+	return h.Client.deleteReminder(ctx, h.Ref, name, h.Fence)
 }
 
 // ListReminders returns the actor's reminders, by name.
@@ -146,14 +161,15 @@ func (h ActorHandle) ListReminders(ctx context.Context) ([]ReminderInfo, error) 
 }
 
 // ThisActor returns, inside an actor's turn, a handle on that actor: set, delete and list its own
-// reminders. ok is false outside a turn, in a worker's turn, or in an App served without a Client.
+// reminders, fenced by the turn's epoch (see ActorHandle.Fence). ok is false outside a turn, in a
+// worker's turn, or in an App served without a Client.
 func ThisActor(ctx context.Context) (ActorHandle, bool) {
 	t, ok := TurnFromContext(ctx)
 	c, _ := ctx.Value(clientKey{}).(*Client)
 	if !ok || c == nil || t.ActivationID == "" {
 		return ActorHandle{}, false
 	}
-	return ActorHandle{Client: c, Ref: t.Actor}, true
+	return ActorHandle{Client: c, Ref: t.Actor, Fence: t.Epoch}, true
 }
 
 type clientKey struct{}

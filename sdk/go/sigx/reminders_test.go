@@ -265,3 +265,102 @@ func TestBadReminderInputIsInvalidWithTheSidecarsReason(t *testing.T) {
 		t.Fatalf("bad input stored something: %+v, %v", list, err)
 	}
 }
+
+// lapse keeps each activation's ThisActor handle past its end, and deactivates 400 ms after its
+// last call, so the next call gets a newer activation (and epoch).
+type lapse struct{ log *lapseLog }
+
+type lapseLog struct {
+	mu     sync.Mutex
+	kept   []sigx.ActorHandle
+	lapsed []uint64
+}
+
+func (l *lapse) Deactivate(ctx context.Context, reason sigx.DeactivateReason) error {
+	info, _ := sigx.TurnFromContext(ctx)
+	l.log.mu.Lock()
+	defer l.log.mu.Unlock()
+	if reason == sigx.DeactivateIdle {
+		l.log.lapsed = append(l.log.lapsed, info.Epoch)
+	}
+	return nil
+}
+
+func (l *lapse) Invoke(ctx context.Context, method string, _ []byte) ([]byte, error) {
+	me, ok := sigx.ThisActor(ctx)
+	if !ok {
+		return nil, sigx.Errorf("no ThisActor inside a turn")
+	}
+	l.log.mu.Lock()
+	l.log.kept = append(l.log.kept, me)
+	l.log.mu.Unlock()
+	if _, err := me.SetReminder(ctx, "mine", sigx.DueIn(time.Hour), 0, nil); err != nil {
+		return nil, err
+	}
+	info, _ := sigx.TurnFromContext(ctx)
+	return []byte(strconv.FormatUint(info.Epoch, 10)), nil
+}
+
+func TestThisActorCarriesItsEpochAndASupersededOneChangesNothing(t *testing.T) {
+	socket := socketDir(t)
+	db := filepath.Join(filepath.Dir(socket), "state.db")
+	sc := startSidecarEnv(t, socket, "SIGX_STATE=sqlite", "SIGX_STATE_PATH="+db)
+	log := &lapseLog{}
+	app := sigx.NewApp("go-reminder-fence-test")
+	app.RegisterActor("Lapse", func() sigx.Actor { return &lapse{log: log} }, sigx.ActorOptions{IdleTimeout: 400 * time.Millisecond})
+	c, _, _, _ := runApp(t, app, socket, sc)
+	ref := sigx.ActorRef{Type: "Lapse", Key: "l"}
+	epochOf := func() uint64 {
+		out, err := c.Call(callCtx(t), ref, "keep", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, _ := strconv.ParseUint(string(out), 10, 64)
+		return e
+	}
+	first := epochOf()
+	until(t, "the idle deactivation", func() bool { log.mu.Lock(); defer log.mu.Unlock(); return len(log.lapsed) > 0 })
+	second := epochOf()
+	log.mu.Lock()
+	old, current, lapsed := log.kept[0], log.kept[1], log.lapsed
+	log.mu.Unlock()
+	if second <= first || lapsed[0] != first || old.Fence != first || current.Fence != second {
+		t.Fatalf("epochs %d then %d, lapsed %v, fences %d/%d", first, second, lapsed, old.Fence, current.Fence)
+	}
+	stale := func(what string, err error) {
+		t.Helper()
+		var ae *sigx.ActorError
+		if !errors.As(err, &ae) || ae.Kind != sigx.KindStaleEpoch {
+			t.Fatalf("%s by the superseded activation: %v, want KindStaleEpoch", what, err)
+		}
+	}
+	// The first activation's handle is stale: the store refuses its set and delete.
+	_, err := old.SetReminder(callCtx(t), "late", sigx.DueIn(time.Hour), 0, nil)
+	stale("set", err)
+	_, err = old.DeleteReminder(callCtx(t), "mine")
+	stale("delete", err)
+	names := func() string {
+		list, err := c.Actor(ref).ListReminders(callCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range list {
+			out = append(out, r.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	if got := names(); got != "mine" {
+		t.Fatalf("reminders after the refused changes: %q, want mine", got)
+	}
+	// The current activation's handle, and a client's unfenced one, still work.
+	if existed, err := current.DeleteReminder(callCtx(t), "mine"); err != nil || !existed {
+		t.Fatalf("delete by the current activation: %v %v", existed, err)
+	}
+	if _, err := c.Actor(ref).SetReminder(callCtx(t), "outside", sigx.DueIn(time.Hour), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "outside" {
+		t.Fatalf("reminders: %q, want outside", got)
+	}
+}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import sigx
-from sigx.errors import InvalidError
+from sigx.errors import InvalidError, StaleEpoch
 
 from conftest import Sidecar, run, start_sidecar, stop_sidecar, until
 
@@ -48,6 +48,30 @@ class Alarm:
         return (await self.ctx.state.get("last", "")).encode()
 
 
+#: `this_actor()` of each Lapse activation, kept past its end, with its epoch.
+KEPT: list[tuple[int, sigx.ActorHandle]] = []
+#: (epoch, reason) of each Lapse deactivation.
+LAPSED: list[tuple[int, int]] = []
+
+
+@sigx.actor("Lapse", idle_timeout=0.4)
+class Lapse:
+    """Deactivates 400 ms after its last call, so the next call gets a newer activation."""
+
+    def __init__(self, ctx: sigx.ActorContext) -> None:
+        self.ctx = ctx
+
+    async def on_deactivate(self, reason: int) -> None:
+        LAPSED.append((self.ctx.epoch, reason))
+
+    @sigx.method
+    async def keep(self, payload: bytes) -> bytes:
+        me = self.ctx.this_actor()
+        KEPT.append((self.ctx.epoch, me))
+        await me.set_reminder("mine", timedelta(hours=1))
+        return str(self.ctx.epoch).encode()
+
+
 @sigx.actor("Mute")
 class Mute:
     """An actor type with no reminder handler."""
@@ -74,6 +98,8 @@ class Pool:
 def sidecar(pb) -> Iterator[Sidecar]:
     SEEN.clear()
     ACTIVATED.clear()
+    KEPT.clear()
+    LAPSED.clear()
     with tempfile.TemporaryDirectory(prefix="sigx-pyr-") as d:
         s = start_sidecar(Path(d), pb, {"SIGX_STATE": "sqlite", "SIGX_STATE_PATH": f"{d}/state.db"})
         try:
@@ -83,7 +109,7 @@ def sidecar(pb) -> Iterator[Sidecar]:
 
 
 def serve(sidecar: Sidecar) -> sigx.App:
-    return sigx.App(actors=[Alarm, Mute], workers=[Pool], socket=str(sidecar.socket),
+    return sigx.App(actors=[Alarm, Lapse, Mute], workers=[Pool], socket=str(sidecar.socket),
                     handle_signals=False, reconnect=False)
 
 
@@ -180,6 +206,34 @@ def test_an_actor_sets_its_own_reminder_from_inside_a_turn(sidecar: Sidecar) -> 
             [r] = seen("me")
             assert (r.name, r.payload, r.attempt) == ("self", b"from-myself", 1)
             assert int(r.due.timestamp() * 1000) == due_ms
+
+    run(main())
+
+
+def test_this_actor_carries_its_epoch_and_a_superseded_one_changes_nothing(sidecar: Sidecar) -> None:
+    async def main() -> None:
+        async with serve(sidecar) as app:
+            await app.registered()
+            first = int(await app.client.call("Lapse", "l", "keep"))
+            await until("the idle deactivation", lambda: LAPSED, LAPSED)
+            assert LAPSED == [(first, sigx.DEACTIVATE_REASON_IDLE)]
+            second = int(await app.client.call("Lapse", "l", "keep"))
+            assert second > first
+            [(e1, old), (e2, current)] = KEPT
+            assert (e1, old.fence, e2, current.fence) == (first, first, second, second)
+            # The first activation's handle is stale: the store refuses its set and delete.
+            with pytest.raises(StaleEpoch):
+                await old.set_reminder("late", timedelta(hours=1))
+            with pytest.raises(StaleEpoch):
+                await old.delete_reminder("mine")
+            with pytest.raises(StaleEpoch):
+                await app.client.set_reminder("Lapse", "l", "late", timedelta(seconds=1), epoch=first)
+            handle = app.client.actor("Lapse", "l")
+            assert [r.name for r in await handle.list_reminders()] == ["mine"]
+            # The current activation's handle, and a client's unfenced one, still work.
+            assert await current.delete_reminder("mine") is True
+            await handle.set_reminder("outside", timedelta(hours=1))
+            assert [r.name for r in await handle.list_reminders()] == ["outside"]
 
     run(main())
 

@@ -5,7 +5,7 @@ import type { ActorDefinition, CallOptions, ClientOf, WorkerDefinition } from '.
 import { fromServiceError } from './errors.js';
 import type { ReadStateRequest, WireEntry } from './storage.js';
 import { ActorHostClient } from './proto.js';
-import { infoFromWire, Reminders, setRequest, type ReminderApi, type ReminderInfo, type ReminderOptions } from './reminders.js';
+import { infoFromWire, Reminders, setRequest, type ReminderApi, type ReminderFence, type ReminderInfo, type ReminderOptions } from './reminders.js';
 import { setTimerRequest, type TimerApi, type TimerOptions } from './timers.js';
 import { currentTrace } from './trace.js';
 
@@ -153,15 +153,16 @@ export class Client implements ReminderApi, TimerApi {
    * first due time. `{ at }` (a Date or Unix ms; one in the past is due now) or `{ inMs }` (from
    * now); `periodMs` absent = one-shot, else at least 100; `payload` at most 64 KiB. The actor's
    * `onReminder` runs when it is due. Bad input rejects with `InvalidError` naming the limit.
+   * `call.epoch` fences the change (see `ReminderFence`); `ctx.reminders` sets it for you.
    */
-  async setReminder(type: string, key: string, name: string, options: ReminderOptions, call: CallOptions = {}): Promise<Date> {
-    const res = await this.unary('SetReminder', setRequest(type, key, name, options), call.timeoutMs ?? 10_000, call.signal);
+  async setReminder(type: string, key: string, name: string, options: ReminderOptions, call: CallOptions & ReminderFence = {}): Promise<Date> {
+    const res = await this.unary('SetReminder', setRequest(type, key, name, options, call.epoch ?? 0n), call.timeoutMs ?? 10_000, call.signal);
     return new Date(Number(res.dueUnixMs));
   }
 
-  /** Deletes a reminder by name; whether it existed (absent is fine). */
-  async deleteReminder(type: string, key: string, name: string, call: CallOptions = {}): Promise<boolean> {
-    const res = await this.unary('DeleteReminder', { actor: { actorType: type, key }, name }, call.timeoutMs ?? 10_000, call.signal);
+  /** Deletes a reminder by name; whether it existed (absent is fine). `call.epoch` fences it. */
+  async deleteReminder(type: string, key: string, name: string, call: CallOptions & ReminderFence = {}): Promise<boolean> {
+    const res = await this.unary('DeleteReminder', { actor: { actorType: type, key }, name, epoch: (call.epoch ?? 0n).toString() }, call.timeoutMs ?? 10_000, call.signal);
     return !!res.existed;
   }
 

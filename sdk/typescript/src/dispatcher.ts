@@ -138,7 +138,7 @@ export class Dispatcher {
       const act: Activation = { ctx: undefined as never, tail: Promise.resolve() };
       const state = spec.state ? spec.state() : undefined;
       return this.run(turn, notAfter, async (signal) => {
-        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key), timers: new Timers(this.reminders, def.name, turn.actor.key, turn.activationId), activationId: turn.activationId, epoch: storage.epoch, storage, signal, trace: traceFromWire(turn.trace) };
+        act.ctx = { state, key: turn.actor.key, reminders: new Reminders(this.reminders, def.name, turn.actor.key, storage.epoch), timers: new Timers(this.reminders, def.name, turn.actor.key, turn.activationId), activationId: turn.activationId, epoch: storage.epoch, storage, signal, trace: traceFromWire(turn.trace) };
         if (spec.onActivate) await spec.onActivate(act.ctx);
         return undefined;
       }, () => {

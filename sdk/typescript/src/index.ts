@@ -18,4 +18,4 @@ export { Timers } from './timers.js';
 export { currentTrace, withTrace } from './trace.js';
 export type { TraceContext } from './trace.js';
 export type { TimerApi, TimerOptions, TimerTick } from './timers.js';
-export type { Reminder, ReminderApi, ReminderDue, ReminderInfo, ReminderOptions } from './reminders.js';
+export type { Reminder, ReminderApi, ReminderDue, ReminderFence, ReminderInfo, ReminderOptions } from './reminders.js';

@@ -46,25 +46,41 @@ export interface ReminderInfo {
   readonly failedAttempts: number;
 }
 
+/**
+ * How a reminder change is fenced: `epoch` is an activation's epoch (`ctx.epoch`). The store
+ * refuses the change (`StaleEpochError`, nothing changed) once a newer activation of the actor
+ * exists, so an activation that outlived its lease cannot rearrange its successor's reminders.
+ * Absent or 0: unfenced (a client outside the actor).
+ */
+export interface ReminderFence {
+  epoch?: bigint;
+}
+
 /** The reminder RPCs of one sidecar (the `Client` implements them). */
 export interface ReminderApi {
-  setReminder(type: string, key: string, name: string, options: ReminderOptions): Promise<Date>;
-  deleteReminder(type: string, key: string, name: string): Promise<boolean>;
+  setReminder(type: string, key: string, name: string, options: ReminderOptions, fence?: ReminderFence): Promise<Date>;
+  deleteReminder(type: string, key: string, name: string, fence?: ReminderFence): Promise<boolean>;
   listReminders(type: string, key: string): Promise<ReminderInfo[]>;
 }
 
-/** The reminders of one actor: `client.reminders(Def, key)`, or `ctx.reminders` inside its turns. */
+/**
+ * The reminders of one actor: `client.reminders(Def, key)`, or `ctx.reminders` inside its turns.
+ * `ctx.reminders` carries the turn's epoch: its changes are refused (`StaleEpochError`, nothing
+ * changed) once a newer activation of the actor exists.
+ */
 export class Reminders {
-  constructor(private readonly api: ReminderApi, readonly actorType: string, readonly key: string) {}
+  constructor(private readonly api: ReminderApi, readonly actorType: string, readonly key: string,
+    /** The epoch its changes carry; 0n: unfenced. */
+    readonly epoch: bigint = 0n) {}
 
   /** Sets (or replaces, by name) a reminder of this actor; resolves with its first due time. */
   set(name: string, options: ReminderOptions): Promise<Date> {
-    return this.api.setReminder(this.actorType, this.key, name, options);
+    return this.api.setReminder(this.actorType, this.key, name, options, { epoch: this.epoch });
   }
 
   /** Deletes a reminder of this actor; whether it existed. */
   delete(name: string): Promise<boolean> {
-    return this.api.deleteReminder(this.actorType, this.key, name);
+    return this.api.deleteReminder(this.actorType, this.key, name, { epoch: this.epoch });
   }
 
   /** This actor's reminders, by name. */
@@ -81,11 +97,12 @@ function json(raw: Uint8Array): unknown {
 }
 
 /** The SetReminderRequest (proto-loader form) for `options`; the sidecar checks the limits. */
-export function setRequest(type: string, key: string, name: string, options: ReminderOptions): Raw {
+export function setRequest(type: string, key: string, name: string, options: ReminderOptions, epoch: bigint = 0n): Raw {
   const o = options as { at?: Date | number; inMs?: number; periodMs?: number; payload?: unknown };
   const req: Raw = {
     actor: { actorType: type, key },
     name,
+    epoch: epoch.toString(),
     periodMs: String(Math.max(0, Math.ceil(o.periodMs ?? 0))),
     payload: o.payload instanceof Uint8Array ? o.payload : o.payload === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(o.payload)),
   };

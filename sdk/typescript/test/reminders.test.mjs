@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError } from '../dist/index.js';
+import { defineActor, defineActorApp, defineWorker, Dispatcher, InvalidError, StaleEpochError } from '../dist/index.js';
 import { until, withServedApp } from './sdk-harness.mjs';
 
 /** Every delivery the handler saw: { key, reminder, ranAt }. */
@@ -26,9 +26,24 @@ const Alarm = defineActor('Alarm', {
     async last(ctx) { return (await ctx.storage.get('last')) ?? ''; },
   },
 });
+/** `ctx.reminders` of each Lapse activation, kept past its end: { epoch, reminders }. */
+const kept = [];
+const lapsed = [];
+// Deactivates 400 ms after its last call, so the next call gets a newer activation (and epoch).
+const Lapse = defineActor('Lapse', {
+  idleTimeoutMs: 400,
+  onDeactivate(ctx, reason) { lapsed.push({ epoch: ctx.epoch, reason }); },
+  methods: {
+    async keep(ctx) {
+      kept.push({ epoch: ctx.epoch, reminders: ctx.reminders });
+      await ctx.reminders.set('mine', { inMs: 3_600_000 });
+      return ctx.epoch.toString();
+    },
+  },
+});
 const Mute = defineActor('Mute', { methods: { ping() { return 'pong'; } } });
 const Pool = defineWorker('Pool', { methods: { ping() { return 'pong'; } } });
-const app = defineActorApp({ actors: [Alarm, Mute, Pool], name: 'ts-reminders-test' });
+const app = defineActorApp({ actors: [Alarm, Lapse, Mute, Pool], name: 'ts-reminders-test' });
 
 const of = (key) => seen.filter((s) => s.key === key).map((s) => s.reminder);
 
@@ -106,6 +121,28 @@ test('an actor sets its own reminder from inside a turn (ctx.reminders)', () => 
   await waitFor('the self-set reminder', () => of('me').length > 0);
   const [r] = of('me');
   assert.deepEqual([r.name, r.payload, r.attempt, r.due.getTime()], ['self', 'from-myself', 1, dueMs]);
+}));
+
+test('ctx.reminders carries its activation\'s epoch: once a newer activation exists its changes are refused', () => withSidecar(async (client) => {
+  kept.length = 0;
+  lapsed.length = 0;
+  const first = BigInt(await client.call('Lapse', 'l', 'keep'));
+  await waitFor('the idle deactivation', () => lapsed.length > 0, 5_000);
+  assert.deepEqual(lapsed, [{ epoch: first, reason: 'idle' }]);
+  const second = BigInt(await client.call('Lapse', 'l', 'keep'));
+  assert.ok(second > first, `epochs ${first} then ${second}`);
+  const [old, current] = kept;
+  assert.deepEqual([old.epoch, old.reminders.epoch, current.reminders.epoch], [first, first, second]);
+  // The first activation's handle is stale: the store refuses its set and delete, nothing changes.
+  await assert.rejects(old.reminders.set('late', { inMs: 3_600_000 }),
+    (e) => e instanceof StaleEpochError && e.kind === 'stale-epoch');
+  await assert.rejects(old.reminders.delete('mine'), (e) => e instanceof StaleEpochError);
+  await assert.rejects(client.setReminder('Lapse', 'l', 'late', { inMs: 1000 }, { epoch: first }), StaleEpochError);
+  assert.deepEqual((await client.reminders(Lapse, 'l').list()).map((r) => r.name), ['mine']);
+  // The current activation's handle, and a client's unfenced one, still work.
+  assert.equal(await current.reminders.delete('mine'), true);
+  assert.ok((await client.reminders(Lapse, 'l').set('outside', { inMs: 3_600_000 })) instanceof Date);
+  assert.deepEqual((await client.reminders(Lapse, 'l').list()).map((r) => r.name), ['outside']);
 }));
 
 test('bad input is InvalidError with the sidecar\'s reason', () => withSidecar(async (client) => {

@@ -208,24 +208,30 @@ class Client:
         *,
         period: timedelta | None = None,
         payload: bytes | str = b"",
+        epoch: int = 0,
     ) -> datetime:
         """Sets (or replaces, by name) a durable reminder of the actor `actor_type`/`key` and
         returns its first due time (UTC). `due` is a `datetime` (when; one in the past is due now)
         or a `timedelta` (how long from now, on the sidecar's clock). `period` None is a one-shot
         reminder, deleted once delivered; otherwise at least 100 ms. `payload` (at most 64 KiB)
         comes back with every occurrence. The actor's `on_reminder` runs when it is due (see
-        `sigx.reminders`). Bad input raises `InvalidError` with the sidecar's reason."""
-        req = set_request(actor_type, key, name, due, period, payload)
+        `sigx.reminders`). Bad input raises `InvalidError` with the sidecar's reason. A nonzero
+        `epoch` (an activation's, `ctx.epoch`) fences the change: once a newer activation exists
+        it raises `StaleEpoch` and nothing changes (`ctx.this_actor()` sets it for you)."""
+        req = set_request(actor_type, key, name, due, period, payload, epoch)
         try:
             r = await self._stub.SetReminder(req, timeout=10)
         except grpc.RpcError as e:
             raise from_rpc_error(e, self.socket) from None
         return from_unix_ms(r.due_unix_ms)
 
-    async def delete_reminder(self, actor_type: str, key: str, name: str) -> bool:
-        """Deletes a reminder by name; whether it existed (absent is fine)."""
+    async def delete_reminder(
+        self, actor_type: str, key: str, name: str, *, epoch: int = 0
+    ) -> bool:
+        """Deletes a reminder by name; whether it existed (absent is fine). `epoch` fences it as
+        in `set_reminder`."""
         req = app_pb2.DeleteReminderRequest(
-            actor=types_pb2.ActorRef(actor_type=actor_type, key=key), name=name
+            actor=types_pb2.ActorRef(actor_type=actor_type, key=key), name=name, epoch=epoch
         )
         try:
             return (await self._stub.DeleteReminder(req, timeout=10)).existed

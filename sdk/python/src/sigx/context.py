@@ -31,8 +31,10 @@ class ActorContext:
     def this_actor(self) -> ActorHandle:
         """This actor as a handle: set, delete and list its own reminders
         (`self.ctx.this_actor().set_reminder(...)`), or call it (from another task only: a
-        non-reentrant actor calling itself from its own turn waits for itself)."""
-        return ActorHandle(self.client, self.actor_type, self.key)
+        non-reentrant actor calling itself from its own turn waits for itself). Its reminder
+        changes carry this activation's epoch: once a newer activation exists they raise
+        `StaleEpoch` and change nothing."""
+        return ActorHandle(self.client, self.actor_type, self.key, self.epoch)
 
     async def set_timer(
         self,

@@ -81,12 +81,15 @@ def set_request(
     due: datetime | timedelta,
     period: timedelta | None,
     payload: bytes | str,
+    epoch: int = 0,
 ) -> app_pb2.SetReminderRequest:
-    """The wire request; the sidecar checks the name, period and payload limits and names them."""
+    """The wire request; the sidecar checks the name, period and payload limits and names them.
+    A nonzero `epoch` fences it: the store refuses it once a newer activation exists."""
     req = app_pb2.SetReminderRequest(
         actor=types_pb2.ActorRef(actor_type=actor_type, key=key),
         name=name,
         payload=payload.encode() if isinstance(payload, str) else bytes(payload),
+        epoch=epoch,
     )
     if isinstance(due, datetime):
         # A naive datetime is local time, as datetime.timestamp() reads it.
@@ -109,12 +112,19 @@ def set_request(
 
 class ActorHandle:
     """One actor, by type and key: call it and manage its reminders (`client.actor(type, key)`,
-    or `ctx.this_actor()` inside a turn)."""
+    or `ctx.this_actor()` inside a turn).
 
-    def __init__(self, client: Client, actor_type: str, key: str) -> None:
+    A handle from `ctx.this_actor()` carries its activation's epoch (`fence`): once a newer
+    activation of the actor exists, the store refuses its reminder changes (`StaleEpoch`, nothing
+    changed), so an activation that outlived its lease cannot rearrange its successor's
+    reminders. `fence` 0 (a client's handle) is unfenced."""
+
+    def __init__(self, client: Client, actor_type: str, key: str, fence: int = 0) -> None:
         self.client = client
         self.actor_type = actor_type
         self.key = key
+        #: The epoch its reminder changes carry; 0: unfenced.
+        self.fence = fence
 
     def __repr__(self) -> str:
         return f"ActorHandle({self.actor_type}/{self.key})"
@@ -132,12 +142,12 @@ class ActorHandle:
     ) -> datetime:
         """Sets (or replaces) a reminder of this actor. See `Client.set_reminder`."""
         return await self.client.set_reminder(
-            self.actor_type, self.key, name, due, period=period, payload=payload
+            self.actor_type, self.key, name, due, period=period, payload=payload, epoch=self.fence
         )
 
     async def delete_reminder(self, name: str) -> bool:
         """Deletes a reminder of this actor; whether it existed."""
-        return await self.client.delete_reminder(self.actor_type, self.key, name)
+        return await self.client.delete_reminder(self.actor_type, self.key, name, epoch=self.fence)
 
     async def list_reminders(self) -> list[ReminderInfo]:
         """This actor's reminders, by name."""
