@@ -24,6 +24,26 @@ struct State {
     lost: Duration,
     /// How far the wall clock was stepped back so far (NTP corrections, `date -s`).
     wall_back: Duration,
+    /// The host's skew against true time (see [`Skew`]).
+    skew: Skew,
+}
+
+/// How far a host's wall clock is off true time: `offset_ms` at its start (either way) and a
+/// rate error of `ppm` parts per million (fast when positive) from then on. Hosts never compare
+/// their wall clocks with each other's (expiry is judged on the observer's monotonic clock, a
+/// turn's not-after on its own pod's wall clock), so skew between hosts must be harmless.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Skew {
+    pub offset_ms: i64,
+    pub ppm: i64,
+}
+
+impl Skew {
+    /// How much the skewed clock has added to true time after `elapsed` of true time.
+    fn error_ns(self, elapsed: Duration) -> i128 {
+        i128::from(self.offset_ms) * 1_000_000
+            + elapsed.as_nanos() as i128 * i128::from(self.ppm) / 1_000_000
+    }
 }
 
 /// One host's monotonic and wall clocks.
@@ -35,6 +55,11 @@ pub struct SimClock {
 impl SimClock {
     /// A clock whose wall side reads `wall_origin` now. Call inside the host's runtime.
     pub fn new(wall_origin: SystemTime) -> Self {
+        Self::skewed(wall_origin, Skew::default())
+    }
+
+    /// A clock whose wall side reads `wall_origin` off by `skew` now, and drifts at its rate.
+    pub fn skewed(wall_origin: SystemTime, skew: Skew) -> Self {
         SimClock {
             state: Arc::new(Mutex::new(State {
                 origin: Instant::now(),
@@ -42,6 +67,7 @@ impl SimClock {
                 suspended_since: None,
                 lost: Duration::ZERO,
                 wall_back: Duration::ZERO,
+                skew,
             })),
         }
     }
@@ -79,6 +105,57 @@ impl Clock for SimClock {
     fn wall(&self) -> SystemTime {
         let s = self.state.lock().expect("clock lock");
         let t = s.suspended_since.unwrap_or_else(Instant::now);
-        s.wall_origin + (t - s.origin) - s.wall_back
+        let elapsed = t - s.origin;
+        let error = s.skew.error_ns(elapsed);
+        let wall = s.wall_origin + elapsed - s.wall_back;
+        let error_abs = Duration::from_nanos(error.unsigned_abs() as u64);
+        if error >= 0 {
+            wall + error_abs
+        } else {
+            wall - error_abs
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_skewed_wall_clock_starts_off_by_its_offset_and_drifts_at_its_rate() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+            let ahead = SimClock::skewed(
+                origin,
+                Skew {
+                    offset_ms: 5_000,
+                    ppm: 500,
+                },
+            );
+            let behind = SimClock::skewed(
+                origin,
+                Skew {
+                    offset_ms: -5_000,
+                    ppm: -500,
+                },
+            );
+            let true_clock = SimClock::new(origin);
+            let m0 = ahead.now();
+            assert_eq!(ahead.wall(), origin + Duration::from_secs(5));
+            assert_eq!(behind.wall(), origin - Duration::from_secs(5));
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            let t = origin + Duration::from_secs(100);
+            assert_eq!(true_clock.wall(), t);
+            // 500 ppm of 100 s is 50 ms.
+            assert_eq!(ahead.wall(), t + Duration::from_millis(5_050));
+            assert_eq!(behind.wall(), t - Duration::from_millis(5_050));
+            // The monotonic side is never skewed.
+            assert_eq!(ahead.now() - m0, Duration::from_secs(100));
+        });
     }
 }

@@ -60,6 +60,20 @@ struct Parts {
     reminders: sigx_sidecar::reminders::scheduler::Scheduler,
 }
 
+/// This incarnation's wall-clock skew within `cfg.wall_skew`, from its own seed.
+fn host_skew(cfg: &SimConfig, seed: u64) -> super::clock::Skew {
+    let bound = cfg.wall_skew;
+    if bound == super::clock::Skew::default() {
+        return bound;
+    }
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x005c_e30c_10c4);
+    let (o, p) = (bound.offset_ms.abs(), bound.ppm.abs());
+    super::clock::Skew {
+        offset_ms: rng.random_range(-o..=o),
+        ppm: rng.random_range(-p..=p),
+    }
+}
+
 /// The software of one simulated host (a turmoil host future).
 pub async fn run(
     shared: Arc<Shared>,
@@ -68,7 +82,10 @@ pub async fn run(
     cfg: Arc<SimConfig>,
 ) -> turmoil::Result {
     let id = me.id.clone();
-    let clock = SimClock::new(epoch() + Duration::from_millis(shared.now_ms()));
+    let clock = SimClock::skewed(
+        epoch() + Duration::from_millis(shared.now_ms()),
+        host_skew(&cfg, me.seed),
+    );
     let shared_clock: SharedClock = Arc::new(clock.clone());
     // Bind before joining (DESIGN.md §8).
     let listener = SimListener::bind(me.resets.clone()).await?;

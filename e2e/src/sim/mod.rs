@@ -94,6 +94,10 @@ pub struct SimConfig {
     /// Rebalancing on (the production rebalancer and its redirect gate, as `bring_up` wires
     /// them): a host above its peers' mean hands idle activations away while faults run.
     pub rebalance: bool,
+    /// Clock skew between hosts: each incarnation's wall clock starts up to `offset_ms` off true
+    /// time (either way) and runs up to `ppm` fast or slow, drawn from the host's own seed (zero:
+    /// every wall clock is true, and no draw is made, so seeds keep their histories).
+    pub wall_skew: clock::Skew,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
     /// one named schedule per hole, see [`faults::corpus`]). Random scenario only.
     pub schedule: Option<Schedule>,
@@ -127,6 +131,7 @@ impl SimConfig {
             reminder_ownership_frozen: false,
             state_check: state::StateCheck::Fenced,
             rebalance: false,
+            wall_skew: clock::Skew::default(),
             schedule: None,
         }
     }
