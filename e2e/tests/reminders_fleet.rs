@@ -2,7 +2,8 @@
 //! SQLite state file; reminders set through every pod fire, each exactly once, on whichever host
 //! owns their shard; kill -9 of a pod (an owner of a third of the shards, holding claims) delays
 //! only the reminders due around the crash, by about the membership TTL, and every one of them
-//! still fires. Judged on what the apps executed: the counter-app's trace line per delivery.
+//! still fires; a rolling restart of every pod (graceful handoffs) delays none and duplicates
+//! none. Judged on what the apps executed: the counter-app's trace line per delivery.
 
 use sigx_e2e::chaos::reminders::{ReminderReport, deliveries, now_ms, set_spread};
 use sigx_e2e::chaos::{Fleet, FleetConfig};
@@ -59,6 +60,64 @@ async fn reminders_fire_once_each_across_three_hosts_and_a_killed_owner_s_fire_a
     assert!(
         report.crash_window_lateness_ms.2 <= ttl + 1_000 + 3_000,
         "{}",
+        report.render()
+    );
+}
+
+/// A rollout while reminders come due: each pod in turn is replaced (the new one ready first,
+/// then the old one stopped gracefully, its shards and claims handed over as it withdraws).
+/// Nothing is missed, nothing fires twice, and no reminder waits for a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_while_reminders_come_due_misses_none_and_duplicates_none() {
+    let mut fleet = Fleet::start(FleetConfig::default()).await;
+    let ttl = fleet.ttl().as_millis() as i64;
+    let sockets = fleet.targets.read().unwrap().clone();
+    let t0 = now_ms();
+    // 300 one-shot reminders on 30 actors, due evenly over 12 s starting 8 s from now: the
+    // rollout below runs inside that window.
+    let first_due = t0 + 8_000;
+    let span = Duration::from_secs(12);
+    let want = set_spread(&sockets, 30, 10, first_due, span, 16).await;
+    assert!(
+        now_ms() < first_due,
+        "setting took {} ms: the first reminders were due before they were set",
+        now_ms() - t0
+    );
+    sleep_until_ms(first_due + 1_000).await;
+    let rolled_from = now_ms();
+    let handoffs = fleet.rolling_restart().await;
+    let rolled_to = now_ms();
+    sleep_until_ms((first_due + span.as_millis() as i64).max(rolled_to) + 3_000).await;
+    let got = deliveries(&fleet.trace_file());
+    let report = ReminderReport::judge(&want, &got, None);
+    println!(
+        "rollout from +{} ms to +{} ms of the first due time, handoffs {handoffs:?}\n{}",
+        rolled_from - first_due,
+        rolled_to - first_due,
+        report.render()
+    );
+    let hosts: std::collections::BTreeSet<&str> = got.iter().map(|d| d.host.as_str()).collect();
+    fleet.shutdown().await;
+    assert!(
+        rolled_to - rolled_from < span.as_millis() as i64,
+        "the rollout ({} ms) outlasted the due window: nothing was due while it ran",
+        rolled_to - rolled_from
+    );
+    assert!(
+        report.missing.is_empty(),
+        "never delivered: {:?}",
+        report.missing
+    );
+    assert_eq!(report.duplicates, 0, "{}", report.render());
+    assert!(
+        hosts.len() >= 4,
+        "delivered by old and new pods alike: {hosts:?}"
+    );
+    // A graceful handoff is no crash: no reminder waits out a TTL.
+    assert!(
+        report.lateness_ms.2 < ttl,
+        "a reminder waited {} ms (TTL {ttl} ms): {}",
+        report.lateness_ms.2,
         report.render()
     );
 }
