@@ -5,6 +5,9 @@
 //! * cross host: an actor call that crosses the mesh (client → sidecar A → mesh → sidecar B →
 //!   app B → back) vs a raw tonic unary echo over loopback TCP.
 //!
+//! * cross host, first call: a call to a fresh key (directory claim, epoch, Activate turn on
+//!   host B, then the echo) vs a warm cross-host call, alternating, in the same pair of hosts.
+//!
 //! * cross host, traced: the same with OTLP export on at 100 % to a real collector (when
 //!   `make otelcol` built it), every call carrying a sampled `traceparent`.
 //!
@@ -554,6 +557,7 @@ async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Fi
     .unwrap();
     let ca = Client::lazy(&a.socket);
     let cb = Client::lazy(&b.socket);
+    let untraced = trace.is_none();
     let traced = ca.with_trace(trace);
     let _sa = App::new("front")
         .worker(WorkerType::new("Nop").method("nop", |_ctx| async move { Ok(Bytes::new()) }))
@@ -596,9 +600,54 @@ async fn cross_host(dir: &Path, trace: Option<v1::TraceContext>) -> (Figures, Fi
         },
     )
     .await;
+    if untraced {
+        first_calls(&ca).await;
+    }
     a.host_stop().await;
     b.host_stop().await;
     figures
+}
+
+/// First calls across hosts (issue 18): each call to a fresh key claims it in the directory,
+/// takes an epoch and activates it on host b (an Activate turn in b's app) before the echo; each
+/// is paired with a warm call to an active key of b, alternating, so both see the same machine.
+async fn first_calls(ca: &Client) {
+    const FIRST_CALLS: usize = 400;
+    let (mut first, mut warm) = (Vec::new(), Vec::new());
+    for i in 0..FIRST_CALLS {
+        let t = Instant::now();
+        ca.call(
+            "Bench",
+            format!("first-{i}"),
+            "echo",
+            Bytes::from_static(PAYLOAD),
+        )
+        .await
+        .unwrap();
+        first.push(t.elapsed().as_secs_f64() * 1e6);
+        let t = Instant::now();
+        ca.call(
+            "Bench",
+            format!("k{}", i % 64),
+            "echo",
+            Bytes::from_static(PAYLOAD),
+        )
+        .await
+        .unwrap();
+        warm.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let (first, warm) = (
+        figures(first, (0, 0), f64::NAN),
+        figures(warm, (0, 0), f64::NAN),
+    );
+    println!(
+        "cross-first | first call (claim + epoch + Activate on b) p50 {:.1} µs p99 {:.1} µs | warm cross-host p50 {:.1} µs p99 {:.1} µs | first p50 {:.2}x warm ({FIRST_CALLS} each, alternating)",
+        first.p50_us,
+        first.p99_us,
+        warm.p50_us,
+        warm.p99_us,
+        first.p50_us / warm.p50_us,
+    );
 }
 
 /// One untraced cross-host call's worth of the trace module's work with export off, as the
