@@ -264,6 +264,9 @@ elsewhere_refused() {
         grep -qF "does not admit namespace sigx-demo" "${OUT}/selectors.log"
 }
 check "selector check refuses a FlowSchema and a PodMonitor for another namespace (canary)" elsewhere_refused
+check "selector check refuses an operator-leader FlowSchema wider than its Lease namespace (canary)" canary \
+    'k("FlowSchema", "sigx-operator-leader")["spec"]["rules"][0]["resourceRules"][0]["namespaces"] = ["*"]' \
+    "of the leader Lease in sigx-system"
 
 # helm_refuses EXPECTED ARGS: `helm template` with ARGS fails, saying EXPECTED (so the schema,
 # not some other error, refused it).

@@ -9,6 +9,8 @@
 //!   classified into sigx's level; a Pod request of the same account, and a Lease request of an
 //!   account in a namespace the chart was not given, stay in the built-in `workload-low`. The
 //!   last two are what prove the first is not vacuous.
+//! - The operator's own account's Lease requests in the release namespace (its leader-election
+//!   Lease) go to the built-in `leader-election` level; its other requests stay where they were.
 //!
 //! Needs `make controlplane` and helm (`scripts/install-tools.sh manifests` puts it in
 //! `.tools/bin`; `SIGX_HELM` overrides).
@@ -26,14 +28,16 @@ use sigx_e2e::real_operator::eventually;
 const APPS: &str = "apps";
 /// A namespace the chart's FlowSchema is not told about.
 const OTHER: &str = "other";
+/// The release namespace (the operator and its leader Lease).
+const RELEASE: &str = "sigx-system";
 
-/// The PriorityLevelConfiguration and FlowSchema `helm template` renders with the FlowSchema on
-/// for `APPS`.
-fn chart_flowschema() -> (PriorityLevelConfiguration, FlowSchema) {
+/// The PriorityLevelConfiguration and the two FlowSchemas (the sidecars' Leases, the operator's
+/// leader Lease) `helm template` renders with the FlowSchema on for `APPS`.
+fn chart_flowschema() -> (PriorityLevelConfiguration, FlowSchema, FlowSchema) {
     let namespaces = format!("flowSchema.namespaces={{{APPS}}}");
     let docs = controlplane::chart_template(&[
         "--namespace",
-        "sigx-system",
+        RELEASE,
         "--set",
         "flowSchema.enabled=true",
         "--set",
@@ -45,19 +49,25 @@ fn chart_flowschema() -> (PriorityLevelConfiguration, FlowSchema) {
     kinds.sort();
     assert_eq!(
         kinds,
-        ["FlowSchema", "PriorityLevelConfiguration"],
+        ["FlowSchema", "FlowSchema", "PriorityLevelConfiguration"],
         "{docs:?}"
     );
-    let of = |kind: &str| {
+    let of = |kind: &str, suffix: &str| {
         docs.iter()
-            .find(|d| d["kind"] == kind)
+            .find(|d| {
+                d["kind"] == kind
+                    && d["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.ends_with(suffix))
+            })
             .cloned()
-            .unwrap_or_else(|| panic!("no {kind} in {docs:?}"))
+            .unwrap_or_else(|| panic!("no {kind} *{suffix} in {docs:?}"))
     };
     (
-        serde_json::from_value(of("PriorityLevelConfiguration"))
+        serde_json::from_value(of("PriorityLevelConfiguration", "-sidecar-leases"))
             .expect("a PriorityLevelConfiguration"),
-        serde_json::from_value(of("FlowSchema")).expect("a FlowSchema"),
+        serde_json::from_value(of("FlowSchema", "-sidecar-leases")).expect("a FlowSchema"),
+        serde_json::from_value(of("FlowSchema", "-operator-leader")).expect("a FlowSchema"),
     )
 }
 
@@ -85,14 +95,24 @@ async fn classified(client: &kube::Client, path: &str) -> (String, String) {
 
 /// A client authenticated as a fresh ServiceAccount `sidecar` of `namespace`.
 async fn account_client(cp: &ControlPlane, admin: &kube::Client, namespace: &str) -> kube::Client {
+    named_account_client(cp, admin, namespace, "sidecar").await
+}
+
+/// A client authenticated as a fresh ServiceAccount `name` of `namespace`.
+async fn named_account_client(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> kube::Client {
     let account: ServiceAccount =
-        serde_json::from_value(json!({"metadata": {"name": "sidecar"}})).unwrap();
+        serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
     Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
         .create(&PostParams::default(), &account)
         .await
         .unwrap();
     let config = cp
-        .service_account_kubeconfig(admin, namespace, "sidecar", namespace)
+        .service_account_kubeconfig(admin, namespace, name, namespace)
         .await;
     ControlPlane::client_from(&config).await
 }
@@ -103,8 +123,9 @@ async fn the_charts_flowschema_takes_the_sidecars_lease_requests_out_of_workload
     let admin = cp.client(APPS).await;
     controlplane::create_namespace(&admin, APPS).await;
     controlplane::create_namespace(&admin, OTHER).await;
+    controlplane::create_namespace(&admin, RELEASE).await;
 
-    let (level, schema) = chart_flowschema();
+    let (level, schema, leader_schema) = chart_flowschema();
     let pp = PostParams::default();
     let level = Api::<PriorityLevelConfiguration>::all(admin.clone())
         .create(&pp, &level)
@@ -115,6 +136,10 @@ async fn the_charts_flowschema_takes_the_sidecars_lease_requests_out_of_workload
         .await
         .expect("the API server accepts the chart's FlowSchema");
     let (level_uid, schema_uid) = (level.uid().unwrap(), schema.uid().unwrap());
+    let leader_schema = Api::<FlowSchema>::all(admin.clone())
+        .create(&pp, &leader_schema)
+        .await
+        .expect("the API server accepts the chart's operator-leader FlowSchema");
 
     let schemas = Api::<FlowSchema>::all(admin.clone());
     eventually(
@@ -172,5 +197,42 @@ async fn the_charts_flowschema_takes_the_sidecars_lease_requests_out_of_workload
     assert_eq!(
         other_level, workload_low,
         "a Lease request of an account in a namespace the chart was not given stays in workload-low"
+    );
+
+    // The operator's leader Lease: its account (the one the chart renders) in the release
+    // namespace, into the built-in leader-election level; its other requests stay put.
+    let rules = leader_schema.spec.rules.as_ref();
+    let subject = &rules.expect("the operator-leader FlowSchema's rules")[0].subjects[0];
+    let operator_account = subject.service_account.as_ref().unwrap();
+    assert_eq!(operator_account.namespace, RELEASE);
+    let leader_election = Api::<PriorityLevelConfiguration>::all(admin.clone())
+        .get("leader-election")
+        .await
+        .expect("the built-in leader-election level")
+        .uid()
+        .unwrap();
+    let operator = named_account_client(&cp, &admin, RELEASE, &operator_account.name).await;
+    let leader_uid = leader_schema.uid().unwrap();
+    let release_leases = format!("/apis/coordination.k8s.io/v1/namespaces/{RELEASE}/leases");
+    let (fs, pl) = eventually("the operator's Lease request in leader-election", || {
+        let operator = operator.clone();
+        let release_leases = release_leases.clone();
+        let leader_election = leader_election.clone();
+        async move {
+            let got = classified(&operator, &release_leases).await;
+            (got.1 == leader_election).then_some(got)
+        }
+    })
+    .await;
+    assert_eq!(
+        fs, leader_uid,
+        "matched by the chart's operator-leader FlowSchema"
+    );
+    assert_eq!(pl, leader_election);
+    let (_, operator_pods) =
+        classified(&operator, &format!("/api/v1/namespaces/{RELEASE}/pods")).await;
+    assert_eq!(
+        operator_pods, workload_low,
+        "a Pod request of the operator's account stays in workload-low"
     );
 }

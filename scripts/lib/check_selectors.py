@@ -21,6 +21,9 @@ import yaml
 
 SIDECAR_CONTAINER = "sigx-sidecar"  # operator/src/render/role.rs SIDECAR_CONTAINER
 CLUSTER_LABEL = "actors.sigx.dev/cluster"  # crds/src/common.rs labels::CLUSTER
+# Built-in priority levels a chart FlowSchema may name (the operator's leader Lease goes to the
+# level the control plane's own leader elections use).
+BUILTIN_LEVELS = {"leader-election"}
 # The built-in FlowSchema that sends every ServiceAccount's requests to workload-low.
 SERVICE_ACCOUNTS_PRECEDENCE = 9000
 RECOMMENDED_LABELS = ["name", "instance", "version", "managed-by", "part-of", "component"]
@@ -247,7 +250,29 @@ def covers(values, value):
     return "*" in values or value in values
 
 
-def check_flow_schema(chart, sidecar_pods, rendered):
+def check_leader_flow_schema(fs, operator_pods):
+    """The operator's leader-Lease FlowSchema: the operator's own account, Lease verbs, its own
+    namespace (where the election Lease lives), and nothing else."""
+    name, spec = fs["metadata"]["name"], fs["spec"]
+    if not spec["matchingPrecedence"] < SERVICE_ACCOUNTS_PRECEDENCE:
+        problem(f"FlowSchema {name}: matchingPrecedence {spec['matchingPrecedence']} does not win over "
+                f"the built-in service-accounts ({SERVICE_ACCOUNTS_PRECEDENCE})")
+    for pod in operator_pods:
+        rules = [r for r in spec["rules"]
+                 if any(s["kind"] == "ServiceAccount" and s["serviceAccount"]["namespace"] == pod.namespace
+                        and s["serviceAccount"]["name"] == pod.service_account for s in r["subjects"])]
+        if not rules:
+            problem(f"FlowSchema {name}: no subject matches ServiceAccount "
+                    f"{pod.namespace}/{pod.service_account} of the {pod}")
+        for verb in ("get", "create", "update"):
+            if not any(rr["apiGroups"] == ["coordination.k8s.io"] and rr["resources"] == ["leases"]
+                       and verb in rr["verbs"] and rr.get("namespaces") == [pod.namespace]
+                       for r in rules for rr in r.get("resourceRules") or []):
+                problem(f"FlowSchema {name}: {verb} of the leader Lease in {pod.namespace} "
+                        f"by the {pod} does not match (or the rule matches more than Leases there)")
+
+
+def check_flow_schema(chart, sidecar_pods, rendered, operator_pods):
     schemas = of_kind(chart, "FlowSchema")
     if not schemas:
         problem("FlowSchema: none rendered")
@@ -257,6 +282,9 @@ def check_flow_schema(chart, sidecar_pods, rendered):
         problem("FlowSchema: the render holds no sidecar Role to compare with")
     for fs in schemas:
         name, spec = fs["metadata"]["name"], fs["spec"]
+        if spec["priorityLevelConfiguration"]["name"] in BUILTIN_LEVELS:
+            check_leader_flow_schema(fs, operator_pods)
+            continue
         level = levels.get(spec["priorityLevelConfiguration"]["name"])
         if level is None:
             problem(f"FlowSchema {name}: priority level {spec['priorityLevelConfiguration']['name']!r} is not rendered")
@@ -306,7 +334,7 @@ def main(argv):
     check_service_monitor(chart, operator_pods, operator_routes)
     check_pod_monitor(chart, sidecar_pods, operator_pods, sidecar_routes)
     check_network_policies(chart, sidecar_pods, operator_pods)
-    check_flow_schema(chart, sidecar_pods, rendered)
+    check_flow_schema(chart, sidecar_pods, rendered, operator_pods)
     for p in problems:
         print(p)
     if problems:
