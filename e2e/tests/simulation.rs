@@ -156,7 +156,12 @@ fn replay_fingerprint() {
 ///   activation its Deactivate, which the app refused as past its not-after (it never ran, and
 ///   the app still held the activation); the sidecar released the claim anyway and activated
 ///   the actor again beside it. A Deactivate refused as late is now sent again.
-const REGRESSION_SEEDS: &[u64] = &[3458, 265, 350, 351];
+/// * 2003028, 2003541, 2004728, 2008337 (found by the first run on an untuned seed range): a host
+///   suspended earlier built its reminder deliveries' deadlines on the lease clock, which lost
+///   the suspended span, so on the timer clock every deadline was already past: each delivery
+///   failed at once ("fenced", "timeout"), backed off, and reminders due after the faults
+///   healed never fired. Deadlines are now built on the timer clock.
+const REGRESSION_SEEDS: &[u64] = &[3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337];
 
 #[test]
 fn regression_seeds() {

@@ -305,7 +305,13 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         c.lateness_ms_max.fetch_max(late, Ordering::Relaxed);
         c.lateness.0.observe(late as f64 / 1000.0);
     }
-    let deadline = ctx.clock.now() + ctx.cfg.call_timeout;
+    // A call's deadline lives where every other deadline does: on the timer clock the router,
+    // `timeout_at` and the turn's not-after read (tokio's, virtual in the simulator). Not the
+    // injectable clock's monotonic side, which judges the lease and so loses a VM suspend's
+    // span: after a suspend the two differ by it, and a deadline built on the lease clock was
+    // already past on the timer clock, so every delivery of a host that had been suspended
+    // failed at once, retried, and was abandoned (found by `make sim`, seed 2003028).
+    let deadline = Instant::now() + ctx.cfg.call_timeout;
     // Each firing is a trace of its own (no call caused it): routing, activation and the turn
     // are its children.
     let fire = crate::trace::root(
