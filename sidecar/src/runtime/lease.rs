@@ -15,6 +15,13 @@ impl Runtime {
     /// answers `fenced` without sending anything (the turn never ran).
     pub(crate) fn lease_not_after(&self, deadline: Instant) -> Result<i64, ActorError> {
         let lease = self.inner.gate.serving_until()?;
+        // The caller's deadline, not the lease, is what ran out: say so (the turn never ran).
+        if deadline <= Instant::now() {
+            return Err(ActorError::timeout(format!(
+                "the call's deadline passed on host {} before its turn was handed to the app:                  the turn never ran",
+                self.inner.cfg.host_id
+            )));
+        }
         let not_after = self.not_after(deadline, lease);
         if lease.is_some() && not_after <= self.inner.cfg.clock.wall_unix_ms() {
             return Err(ActorError::fenced(format!(
@@ -267,6 +274,21 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Fenced, "{err}");
+        assert!(err.message.contains("never ran"), "{err}");
+        assert!(f.rx.try_recv().is_err(), "no turn was handed to the app");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_already_past_at_hand_off_sends_nothing_and_answers_timeout_not_fenced() {
+        let mut f = fixture();
+        *f.lease.until.lock().unwrap() = Some(f.clock.wall() + Duration::from_secs(30));
+        let call = invoke(&f, Instant::now() + Duration::from_secs(10));
+        answer(&f.app, &next_turn(&mut f.rx).await);
+        answer(&f.app, &next_turn(&mut f.rx).await);
+        call.await.unwrap().unwrap();
+        // The lease is fine; the caller's deadline is what ran out.
+        let err = invoke(&f, Instant::now()).await.unwrap().unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Timeout, "{err}");
         assert!(err.message.contains("never ran"), "{err}");
         assert!(f.rx.try_recv().is_err(), "no turn was handed to the app");
     }
