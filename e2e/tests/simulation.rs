@@ -161,7 +161,13 @@ fn replay_fingerprint() {
 ///   the suspended span, so on the timer clock every deadline was already past: each delivery
 ///   failed at once ("fenced", "timeout"), backed off, and reminders due after the faults
 ///   healed never fired. Deadlines are now built on the timer clock.
-const REGRESSION_SEEDS: &[u64] = &[3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337];
+/// * 4000219 (the checker, not the sidecar): an Activate the app cancelled at its not-after was
+///   recorded as an activation that never ended, so the next activation of the actor, 12 ms
+///   later, looked like an overlap. An SDK keeps an instance only once its on-activate returned;
+///   the simulated app now ends the interval with the failed Activate's answer.
+const REGRESSION_SEEDS: &[u64] = &[
+    3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337, 4000219,
+];
 
 #[test]
 fn regression_seeds() {

@@ -189,8 +189,13 @@ async fn serve(
             // The simulated app sets no timers.
             Some(v1::turn::Kind::Timer(_)) | None => Duration::ZERO,
         };
+        // An Activate that does not complete leaves no activation in the app (an SDK keeps the
+        // instance only once its on-activate returned): its interval ends with the answer.
+        let activating = matches!(turn.kind, Some(v1::turn::Kind::Activate(_)))
+            .then(|| turn.activation_id.clone());
         let session = session.clone();
         let me = me.clone();
+        let shared = shared.clone();
         let clock = clock.clone();
         let mut fenced = fenced.subscribe();
         tokio::spawn(async move {
@@ -206,7 +211,11 @@ async fn serve(
             };
             unfrozen(&me).await;
             let late = not_after > 0 && clock.wall_unix_ms() >= not_after;
-            session.complete(if cancelled || late || think >= left {
+            let failed = cancelled || late || think >= left;
+            if failed && let Some(act) = activating {
+                shared.record(&me, Ev::ActEnd { act });
+            }
+            session.complete(if failed {
                 turn_error(
                     turn.turn_id,
                     sigx_proto::ErrorKind::Timeout,
