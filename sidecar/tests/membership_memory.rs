@@ -538,11 +538,12 @@ async fn bad_timing_is_a_named_error_before_joining() {
     assert!(hub.ids().is_empty(), "nothing was written");
 }
 
-/// A provider whose join write takes a long time to come back (`delay`), and which notes when
-/// each join was tried.
+/// A provider whose join writes take a long time to come back (`delay`), as do its expiry
+/// deletes (`delete_delay`), and which notes when each join was tried.
 struct SlowJoin {
     inner: Arc<sigx_sidecar::membership::MemoryProvider>,
     delay: Duration,
+    delete_delay: Duration,
     joins: std::sync::Mutex<Vec<Instant>>,
 }
 
@@ -599,7 +600,10 @@ impl MembershipProvider for SlowJoin {
         v: u64,
     ) -> Result<sigx_sidecar::membership::DeleteOutcome, sigx_sidecar::membership::ProviderError>
     {
-        self.inner.delete_if(id, v).await
+        // The store applies the delete at once; the answer is slow to come back.
+        let outcome = self.inner.delete_if(id, v).await;
+        tokio::time::sleep(self.delete_delay).await;
+        outcome
     }
 }
 
@@ -615,6 +619,7 @@ async fn the_lease_window_starts_before_the_join_write() {
     let slow = Arc::new(SlowJoin {
         inner: hub.provider("slow"),
         delay: TTL - BEAT / 2,
+        delete_delay: Duration::ZERO,
         joins: Default::default(),
     });
     let t0 = Instant::now();
@@ -649,6 +654,7 @@ async fn a_slow_join_alone_does_not_fence() {
     let slow = Arc::new(SlowJoin {
         inner: hub.provider("slow"),
         delay: TTL - BEAT / 2,
+        delete_delay: Duration::ZERO,
         joins: Default::default(),
     });
     let h = start(slow, descriptor("slow", true), cfg(), Arc::new(clock()))
@@ -727,6 +733,7 @@ async fn rejoin_attempts_back_off_up_to_the_cap_and_no_further() {
     let counted = Arc::new(SlowJoin {
         inner: hub.provider("w"),
         delay: Duration::ZERO,
+        delete_delay: Duration::ZERO,
         joins: Default::default(),
     });
     let w = start(
@@ -767,4 +774,40 @@ async fn rejoin_attempts_back_off_up_to_the_cap_and_no_further() {
     a.wait_for_view(cap + TTL, |v| v.get("w").is_some())
         .await
         .expect("w back in after the heal");
+}
+
+/// An expiry delete that lands but whose answer comes back after the observer gave up on it
+/// (a loaded PostgreSQL server): the feed delivers the deletion first, the view drops the
+/// peer, and the expiry is still counted as this host's, once.
+#[tokio::test(start_paused = true)]
+async fn an_expiry_delete_whose_answer_is_lost_still_counts_once() {
+    let hub = MemoryHub::new();
+    let observer = start(
+        Arc::new(SlowJoin {
+            inner: hub.provider("a"),
+            delay: Duration::ZERO,
+            // Past the sweep's io timeout (max(TTL / 2, beat)).
+            delete_delay: TTL * 2,
+            joins: Default::default(),
+        }),
+        descriptor("a", true),
+        cfg(),
+        Arc::new(clock()),
+    )
+    .await
+    .unwrap();
+    observer.set_status(HostStatus::Active).await.unwrap();
+    let b = host(&hub, "b", true).await;
+    observer
+        .wait_for_view(Duration::from_secs(1), |v| v.get("b").is_some())
+        .await
+        .unwrap();
+    b.abort();
+    let t0 = Instant::now();
+    let gone = wait_gone(&observer, "b", TTL * 3).await;
+    assert!(gone - t0 <= TTL * 2 + DRIFT + BEAT, "{:?}", gone - t0);
+    assert_eq!(hub.ids(), ["a"], "the delete landed");
+    assert_eq!(observer.counters().expiries_observed, 1);
+    tokio::time::sleep(TTL * 3).await;
+    assert_eq!(observer.counters().expiries_observed, 1, "counted once");
 }

@@ -173,6 +173,11 @@ struct Observed {
     /// Records removed ahead of the feed by the deliberately broken expiry variants, with the
     /// version removed: an older upsert still in the feed must not resurrect them.
     tombstones: HashMap<String, u64>,
+    /// Peers whose expiry delete this host sent and has no answer to (in flight, timed out or
+    /// failed), with the record version the delete was conditional on: if the record leaves the
+    /// view meanwhile, the delete landed and the expiry was ours. Counted once, by whichever of
+    /// the answer and the feed comes first; a newer record of the peer cancels it.
+    unconfirmed_expiries: HashMap<String, u64>,
     version: u64,
 }
 
@@ -295,6 +300,7 @@ pub async fn start(
             records: BTreeMap::new(),
             cursor: None,
             tombstones: HashMap::new(),
+            unconfirmed_expiries: HashMap::new(),
             version: 0,
         }),
         view_tx: watch::channel(Arc::new(MembershipView::empty())).0,
@@ -583,6 +589,7 @@ impl Inner {
             }
         }
         obs.cursor = Some(new_cursor);
+        self.settle_unconfirmed_expiries(&mut obs);
         if changed {
             self.publish(&mut obs);
         }
@@ -612,6 +619,14 @@ impl Inner {
                         return false;
                     }
                     obs.tombstones.remove(&id);
+                }
+                if obs
+                    .unconfirmed_expiries
+                    .get(&id)
+                    .is_some_and(|&v| record.version > v)
+                {
+                    // Renewed or rejoined after the version our delete was conditional on.
+                    obs.unconfirmed_expiries.remove(&id);
                 }
                 self.loads.observe(&record.descriptor);
                 match obs.records.get_mut(&id) {
@@ -718,11 +733,64 @@ impl Inner {
     }
 
     fn expired(&self, id: &str) {
+        self.observed
+            .lock()
+            .expect("observed lock")
+            .unconfirmed_expiries
+            .remove(id);
+        self.count_expiry(id);
+    }
+
+    fn count_expiry(&self, id: &str) {
         bump(&self.counters.expiries_observed);
         info!(
             peer = id,
             "peer expired: silent past its TTL and confirmed by a fresh read"
         );
+    }
+
+    /// An expiry delete whose answer is late or lost (a loaded store) may have landed; the feed
+    /// then delivers the deletion before the sweep learns it, and without this the expiry this
+    /// host made would go uncounted. A peer still tracked and not deleted stays pending.
+    fn settle_unconfirmed_expiries(&self, obs: &mut Observed) {
+        let records = &obs.records;
+        let landed: Vec<String> = obs
+            .unconfirmed_expiries
+            .keys()
+            .filter(|id| records.get(*id).is_none_or(|t| t.deleted.is_some()))
+            .cloned()
+            .collect();
+        for id in landed {
+            obs.unconfirmed_expiries.remove(&id);
+            self.count_expiry(&id);
+        }
+    }
+
+    /// Notes an expiry delete about to be sent: until its answer says otherwise, the record's
+    /// leaving the view is this host's expiry (see [`Self::settle_unconfirmed_expiries`]).
+    fn expiry_in_flight(&self, id: &str, version: u64) {
+        self.observed
+            .lock()
+            .expect("observed lock")
+            .unconfirmed_expiries
+            .insert(id.to_string(), version);
+    }
+
+    /// Takes the in-flight mark off; whether it was still there (the feed had not settled it).
+    fn forget_expiry(&self, id: &str) -> bool {
+        self.observed
+            .lock()
+            .expect("observed lock")
+            .unconfirmed_expiries
+            .remove(id)
+            .is_some()
+    }
+
+    /// Counts the expiry of an in-flight delete that landed, unless the feed already did.
+    fn claim_expiry(&self, id: &str) {
+        if self.forget_expiry(id) {
+            self.count_expiry(id);
+        }
     }
 
     /// The fresh read proved `seen` gone from the store (we deleted it at `version`, or found
@@ -778,13 +846,10 @@ impl Inner {
     /// peer that renewed after our watch stalled and then died must still expire.
     fn touch(&self, id: &str, fresh: Option<LeaseRecord>) {
         let now = self.clock.now();
-        if let Some(t) = self
-            .observed
-            .lock()
-            .expect("observed lock")
-            .records
-            .get_mut(id)
-        {
+        let mut obs = self.observed.lock().expect("observed lock");
+        // Renewed or rewritten: whatever our earlier delete did, this peer is not expired.
+        obs.unconfirmed_expiries.remove(id);
+        if let Some(t) = obs.records.get_mut(id) {
             t.last_change = now;
             if let Some(fresh) = fresh
                 && fresh.version > t.newest().version
@@ -873,6 +938,7 @@ impl Inner {
                     }
                 }
                 Some(fresh) if fresh.renew == seen.renew && fresh.holder == seen.holder => {
+                    self.expiry_in_flight(&id, fresh.version);
                     let outcome = tokio::time::timeout(
                         io_timeout,
                         self.provider.delete_if(&id, fresh.version),
@@ -880,16 +946,22 @@ impl Inner {
                     .await;
                     match outcome {
                         Ok(Ok(DeleteOutcome::Deleted)) => {
-                            // We expired it, even if our feed delivered the deletion first.
-                            self.expired(&id);
+                            // We expired it, even if our feed delivered the deletion first
+                            // (then the feed counted it).
+                            self.claim_expiry(&id);
                             self.confirm_departure(&id, &seen, fresh.version).await;
                         }
                         Ok(Ok(DeleteOutcome::Gone)) => {
-                            if self.confirm_departure(&id, &seen, fresh.version).await {
-                                self.expired(&id);
+                            // Deleted by another party since our read; ours to count only if
+                            // the view still held the peer (forgotten first: the log read in
+                            // confirm_departure settles marks).
+                            let pending = self.forget_expiry(&id);
+                            if self.confirm_departure(&id, &seen, fresh.version).await && pending {
+                                self.count_expiry(&id);
                             }
                         }
                         Ok(Ok(DeleteOutcome::Changed)) => self.touch(&id, None),
+                        // Still in flight as far as we know: the feed settles it.
                         Ok(Err(e)) => debug!(peer = %id, error = %e, "expiry delete failed"),
                         Err(_) => debug!(peer = %id, "expiry delete timed out"),
                     }
