@@ -214,8 +214,14 @@ impl Report {
                     r.succeeded += 1;
                     values.entry(&e.actor).or_default().push(*v);
                 }
-                Outcome::Failed(kind, _) => {
-                    *r.failed_by_kind.entry(kind.to_string()).or_default() += 1;
+                Outcome::Failed(kind, message) => {
+                    let n = r.failed_by_kind.entry(kind.to_string()).or_default();
+                    *n += 1;
+                    // The first of each kind, so a failed run says why.
+                    if *n == 1 {
+                        r.notes
+                            .push(format!("first {kind} failure ({}): {message}", e.actor));
+                    }
                 }
                 Outcome::Ambiguous(kind, _) => {
                     *r.ambiguous_by_kind.entry(kind.to_string()).or_default() += 1;

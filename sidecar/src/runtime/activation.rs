@@ -150,7 +150,7 @@ impl Activation {
         });
         let id = activation_id.clone();
         let task_shared = shared.clone();
-        let lifecycle = Lifecycle::new(&rt);
+        let lifecycle = Lifecycle::new(&rt, &actor, &activation_id, &shared);
         // Made in the caller's task: the activation's span is a child of the call that caused it.
         let activate_span = crate::trace::child_of_current(
             "sigx.activate",

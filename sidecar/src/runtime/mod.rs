@@ -229,6 +229,10 @@ pub(crate) struct Inner {
     /// Activation tasks still running: from the claim to the release of the claim, which comes
     /// only after the app answered its last lifecycle turn.
     pub(crate) lifecycles: watch::Sender<u64>,
+    /// The same activations by id: a turn's state reads find their activation here from its
+    /// Activate turn to its Deactivate turn, also once it left `activations` (ending, or taken
+    /// out by a graceful stop while its Activate or last turns still run).
+    pub(crate) running: Mutex<HashMap<Arc<str>, (ActorId, Arc<activation::Shared>)>>,
     /// Turns handed to the app that it may still be running (for the fenced withdrawal).
     outstanding: Arc<Outstanding>,
     /// Wakes this host's reminder owner when a reminder is set here.
@@ -303,6 +307,7 @@ impl Runtime {
                 next_activation: AtomicU64::new(1),
                 in_flight: watch::channel(0).0,
                 lifecycles: watch::channel(0).0,
+                running: Mutex::new(HashMap::new()),
                 outstanding: Arc::new(Outstanding::default()),
                 reminder_nudge: Arc::default(),
                 pinned_types: Mutex::new(None),
@@ -848,17 +853,41 @@ impl Drop for InFlight {
 
 /// Counts an activation's task from its spawn until it has released its claim (also when the
 /// task is aborted or panics).
-pub(crate) struct Lifecycle(Runtime);
+/// An activation's task, counted in `lifecycles` and registered in `running` for as long as it
+/// runs (made before the task is spawned, dropped when it ends, on every path).
+pub(crate) struct Lifecycle {
+    rt: Runtime,
+    activation_id: Arc<str>,
+}
 
 impl Lifecycle {
-    pub(crate) fn new(rt: &Runtime) -> Self {
+    pub(crate) fn new(
+        rt: &Runtime,
+        actor: &ActorId,
+        activation_id: &Arc<str>,
+        shared: &Arc<activation::Shared>,
+    ) -> Self {
         rt.inner.lifecycles.send_modify(|n| *n += 1);
-        Lifecycle(rt.clone())
+        rt.inner
+            .running
+            .lock()
+            .expect("running lock")
+            .insert(activation_id.clone(), (actor.clone(), shared.clone()));
+        Lifecycle {
+            rt: rt.clone(),
+            activation_id: activation_id.clone(),
+        }
     }
 }
 
 impl Drop for Lifecycle {
     fn drop(&mut self) {
-        self.0.inner.lifecycles.send_modify(|n| *n -= 1);
+        self.rt
+            .inner
+            .running
+            .lock()
+            .expect("running lock")
+            .remove(&self.activation_id);
+        self.rt.inner.lifecycles.send_modify(|n| *n -= 1);
     }
 }

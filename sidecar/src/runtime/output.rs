@@ -139,11 +139,14 @@ impl Runtime {
         }
     }
 
-    /// The live activation `activation_id` of `actor` on this host.
+    /// The running activation `activation_id` of `actor` on this host: from its Activate turn
+    /// to the end of its Deactivate turn, in the routing table or not (a graceful stop takes
+    /// every activation out of the table at once, while some still run their Activate or last
+    /// turns, which may read state; so does an ending one's Deactivate).
     fn live(&self, actor: &ActorId, activation_id: &str) -> Result<Arc<Shared>, ActorError> {
-        let table = self.inner.activations.lock().expect("activations lock");
-        match table.get(actor) {
-            Some(a) if *a.activation_id == *activation_id => Ok(a.shared.clone()),
+        let running = self.inner.running.lock().expect("running lock");
+        match running.get(activation_id) {
+            Some((a, shared)) if a == actor => Ok(shared.clone()),
             _ => Err(ActorError::invalid(format!(
                 "no live activation {activation_id:?} of {actor} on this host: state is read \
                  from inside a turn, with the turn's activation id and epoch"
