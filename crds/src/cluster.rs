@@ -16,6 +16,9 @@ pub const DEFAULT_HEARTBEAT_SECONDS: i32 = 5;
 pub const DEFAULT_TTL_SECONDS: i32 = 15;
 /// Default port of the host-to-host mesh.
 pub const DEFAULT_MESH_PORT: i32 = 7311;
+/// The sidecar image of this release: what a cluster without `spec.sidecar.image` runs (the
+/// version-skew policy: the operator of release N defaults to the sidecar of release N).
+pub const DEFAULT_SIDECAR_IMAGE: &str = concat!("ghcr.io/sigx/sidecar:", env!("CARGO_PKG_VERSION"));
 /// Default port of the sidecar's health, metrics and drain endpoint.
 pub const DEFAULT_HEALTH_PORT: i32 = 9090;
 /// Default per-call deadline (DESIGN.md §6: 30 s).
@@ -68,7 +71,9 @@ pub const DEFAULT_CALL_RETRIES: i32 = 3;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ActorClusterSpec {
-    /// The sidecar container injected into every pod of the cluster's roles.
+    /// The sidecar container injected into every pod of the cluster's roles. Absent: the
+    /// operator's defaults (its own release's sidecar image).
+    #[serde(default)]
     pub sidecar: SidecarSpec,
     /// Membership timing of the per-host Leases.
     #[serde(default)]
@@ -122,12 +127,16 @@ fn default_health_port() -> i32 {
 }
 
 /// The sidecar container.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct SidecarSpec {
-    /// Sidecar image, e.g. `ghcr.io/sigx/sidecar:0.1.0`.
+    /// Sidecar image, e.g. `ghcr.io/sigx/sidecar:0.1.0`. Absent: the image of the operator's
+    /// own release (`ghcr.io/sigx/sidecar:<operator version>`), so
+    /// an operator upgrade brings the sidecar it was tested with; set it to pin a version or
+    /// to pull from a mirror. A role may override it (`ActorRole.spec.sidecar.image`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
-    pub image: String,
+    pub image: Option<String>,
     /// Pull policy of the sidecar image; Kubernetes' default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
@@ -212,13 +221,24 @@ impl Default for MembershipSpec {
 /// - `secretRef`: HMAC with the key in an existing Secret;
 /// - neither field: the operator generates a Secret with 32 random bytes (never rotated silently);
 /// - `insecure: true`: no authentication, a claim the user makes in writing.
+///
+/// `acceptSecretRef` adds a second secret every host accepts but none signs with: the middle
+/// steps of a rotation (README, "Rotating the mesh secret").
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!(has(self.secretRef) && has(self.insecure) && self.insecure == true)").message("auth: set either secretRef or insecure: true, not both (set neither to have the operator generate a secret)").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!(has(self.acceptSecretRef) && has(self.insecure) && self.insecure == true)").message("auth.acceptSecretRef is a second secret accepted during a rotation: it needs a secret to sign with (secretRef, or the generated one), not insecure: true").reason(Reason::FieldValueForbidden))]
 pub struct AuthSpec {
     /// An existing Secret holding the cluster secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<SecretKeyRef>,
+    /// A second secret the hosts accept on inbound requests but never sign with, set only while
+    /// the cluster secret is rotated: first to the new secret (every host accepts it, still
+    /// signing with the old), then, with `secretRef` moved to the new secret, to the old one
+    /// (every host signs with the new and still accepts the old); then removed. Each step rolls
+    /// the roles' pods; start the next once the roll finished (`kubectl get actorroles`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_secret_ref: Option<SecretKeyRef>,
     /// Run without host authentication. Must be written out as `true`; never a default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure: Option<bool>,
@@ -238,14 +258,18 @@ pub enum AuthMode<'a> {
 /// A spec that selects more than one auth mode (only reachable when the schema was bypassed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "auth sets both secretRef and insecure: true; choose one (or neither for a generated secret)"
+    "auth sets secretRef or acceptSecretRef together with insecure: true; choose one (or neither for a generated secret)"
 )]
 pub struct ConflictingAuth;
 
 impl AuthSpec {
     /// The selected mode; refuses the conflicting spec the CEL rule refuses.
     pub fn mode(&self) -> Result<AuthMode<'_>, ConflictingAuth> {
-        match (&self.secret_ref, self.insecure.unwrap_or(false)) {
+        let insecure = self.insecure.unwrap_or(false);
+        if insecure && self.accept_secret_ref.is_some() {
+            return Err(ConflictingAuth);
+        }
+        match (&self.secret_ref, insecure) {
             (Some(_), true) => Err(ConflictingAuth),
             (Some(r), false) => Ok(AuthMode::SecretRef(r)),
             (None, true) => Ok(AuthMode::Insecure),
@@ -576,6 +600,7 @@ mod tests {
             AuthSpec {
                 secret_ref,
                 insecure,
+                accept_secret_ref: None,
             }
             .mode()
             .map(|m| format!("{m:?}"))
@@ -588,7 +613,16 @@ mod tests {
                 .unwrap()
                 .starts_with("SecretRef")
         );
-        assert_eq!(mode(Some(r), Some(true)), Err(ConflictingAuth));
+        assert_eq!(mode(Some(r.clone()), Some(true)), Err(ConflictingAuth));
+        // A rotation's accepted secret goes with either secret source, never with insecure.
+        let rotating = |secret_ref: Option<SecretKeyRef>, insecure| AuthSpec {
+            secret_ref,
+            insecure,
+            accept_secret_ref: Some(r.clone()),
+        };
+        assert!(rotating(Some(r.clone()), None).mode().is_ok());
+        assert_eq!(rotating(None, None).mode(), Ok(AuthMode::Generated));
+        assert_eq!(rotating(None, Some(true)).mode(), Err(ConflictingAuth));
     }
 
     #[test]

@@ -17,8 +17,8 @@ pub mod role;
 pub mod state;
 
 pub use cluster::{
-    ActorCluster, ActorClusterSpec, ActorClusterStatus, AuthSpec, CallSpec, HostCounts,
-    ImagePullPolicy, MembershipSpec, MtlsSpec, NodeCount, PlacementPolicy, RoleSummary,
+    ActorCluster, ActorClusterSpec, ActorClusterStatus, AuthSpec, CallSpec, DEFAULT_SIDECAR_IMAGE,
+    HostCounts, ImagePullPolicy, MembershipSpec, MtlsSpec, NodeCount, PlacementPolicy, RoleSummary,
     SecretKeyRef, SidecarSpec, TypePlacement,
 };
 pub use common::{TypeName, TypeNameError, condition_types, labels};

@@ -96,6 +96,12 @@ pub struct ActorRoleSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleSidecarSpec {
+    /// Sidecar image of this role's pods, over the cluster's `spec.sidecar.image`: moves one
+    /// role to a new sidecar release ahead of the others (a canary, or an upgrade paced role by
+    /// role).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
     /// Requests and limits of this role's sidecars, resource by resource over the cluster's
     /// `spec.sidecar.resources` and the operator's measured default requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]

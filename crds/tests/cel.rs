@@ -174,6 +174,31 @@ fn cases() -> Vec<Case> {
             ),
             "not both",
         ),
+        accept(
+            "a rotation: secretRef and acceptSecretRef",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"sidecar": image, "auth": {"secretRef": secret_ref, "acceptSecretRef": {"name": "next", "key": "secret"}}}),
+            ),
+        ),
+        accept(
+            "a rotation away from the generated secret",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"auth": {"acceptSecretRef": {"name": "next", "key": "secret"}}}),
+            ),
+        ),
+        refuse(
+            "acceptSecretRef and insecure: true",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"auth": {"acceptSecretRef": secret_ref, "insecure": true}}),
+            ),
+            "needs a secret to sign with",
+        ),
         // --- ActorCluster: the state store ---
         accept(
             "postgres with the DSN's Secret",
@@ -346,7 +371,7 @@ fn mutate(mut schema: Value, from: &str, to: &str) -> Value {
 fn broken_variants_of_each_rule_are_caught() {
     let clusters = schema("actorclusters");
     let roles = schema("actorroles");
-    let broken: [(&str, &str, &str); 9] = [
+    let broken: [(&str, &str, &str); 10] = [
         (
             "actorclusters",
             "self.kind != 'postgres' || has(self.secretRef)",
@@ -373,6 +398,11 @@ fn broken_variants_of_each_rule_are_caught() {
             "actorclusters",
             "!(has(self.secretRef) && has(self.insecure) && self.insecure == true)",
             "!(has(self.secretRef) && has(self.insecure) && self.insecure)",
+        ),
+        (
+            "actorclusters",
+            "!(has(self.acceptSecretRef) && has(self.insecure) && self.insecure == true)",
+            "true",
         ),
         (
             "actorclusters",
@@ -447,7 +477,7 @@ fn every_rule_compiles_stays_in_scope_and_within_the_cost_budget() {
         }
     }
     assert_eq!(
-        seen, 9,
+        seen, 10,
         "the number of CEL rules changed: extend the tables above"
     );
 }

@@ -72,6 +72,23 @@ async fn crds_install_and_every_rule_is_enforced_by_the_server(client: &kube::Cl
     };
     let accepted = [
         ("defaults only", cluster("demo", json!({"sidecar": image}))),
+        // The sidecar image defaults to the operator's release.
+        ("an empty spec", cluster("demo", json!({}))),
+        (
+            "a secret rotation in progress",
+            cluster(
+                "demo",
+                json!({"auth": {"secretRef": secret_ref, "acceptSecretRef": {"name": "old", "key": "secret"}}}),
+            ),
+        ),
+        (
+            "a role with its own sidecar image",
+            role(
+                "engine",
+                json!({"clusterRef": {"name": "demo"}, "actors": ["Counter"], "template": template(),
+                       "sidecar": {"image": "ghcr.io/sigx/sidecar:0.2.0"}}),
+            ),
+        ),
         (
             "TTL just over two beats",
             cluster(
@@ -173,9 +190,17 @@ async fn crds_install_and_every_rule_is_enforced_by_the_server(client: &kube::Cl
             "heartbeatSeconds",
         ),
         (
-            "no sidecar image (required)",
-            cluster("demo", json!({})),
-            "spec.sidecar: Required value",
+            "an accepted secret with insecure: true",
+            cluster(
+                "demo",
+                json!({"auth": {"acceptSecretRef": secret_ref, "insecure": true}}),
+            ),
+            "needs a secret to sign with",
+        ),
+        (
+            "an empty sidecar image",
+            cluster("demo", json!({"sidecar": {"image": ""}})),
+            "spec.sidecar.image",
         ),
     ];
     for (what, v, refusal) in refused {

@@ -347,19 +347,57 @@ async fn example_crs_produce_deployment_rbac_secret_and_pdb() {
         )
         .await
         .unwrap();
+    let sidecar_image = |role: &'static str| {
+        let h = &h;
+        async move {
+            let d: Deployment = h.get(role).await?;
+            d.spec
+                .template
+                .spec?
+                .init_containers?
+                .into_iter()
+                .find(|c| c.name == "sigx-sidecar")?
+                .image
+        }
+    };
     eventually("the new sidecar image in the Deployment", || async {
-        let d: Deployment = h.get("engine").await?;
-        let img = d
-            .spec
-            .template
-            .spec?
-            .init_containers?
-            .into_iter()
-            .find(|c| c.name == "sigx-sidecar")?
-            .image?;
-        (img == "ghcr.io/sigx/sidecar:0.2.0").then_some(())
+        (sidecar_image("engine").await? == "ghcr.io/sigx/sidecar:0.2.0").then_some(())
     })
     .await;
+    // One role moves ahead (a canary); the other keeps the cluster's image.
+    h.api::<ActorRole>()
+        .patch(
+            "engine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"sidecar": {"image": "ghcr.io/sigx/sidecar:0.3.0"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the role's own sidecar image in its Deployment", || async {
+        (sidecar_image("engine").await? == "ghcr.io/sigx/sidecar:0.3.0").then_some(())
+    })
+    .await;
+    assert_eq!(
+        sidecar_image("web").await.as_deref(),
+        Some("ghcr.io/sigx/sidecar:0.2.0")
+    );
+    // A cluster that names no image runs the operator's own release.
+    h.api::<ActorCluster>()
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"sidecar": {"image": null}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the operator's default sidecar image", || async {
+        (sidecar_image("web").await? == sigx_crds::DEFAULT_SIDECAR_IMAGE).then_some(())
+    })
+    .await;
+    assert_eq!(
+        sidecar_image("engine").await.as_deref(),
+        Some("ghcr.io/sigx/sidecar:0.3.0")
+    );
     let again: Secret = h.get("demo-sigx-secret").await.unwrap();
     assert_eq!(
         again.resource_version(),
@@ -794,6 +832,43 @@ async fn a_referenced_secret_is_checked_and_never_generated() {
         })
     })
     .await;
+
+    // A rotation starts: the secret to accept must exist too, or no pod would start.
+    h.api::<ActorCluster>()
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"auth": {"acceptSecretRef": {"name": "next", "key": "hmac"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let status = eventually("AcceptSecretNotFound", || async {
+        h.cluster_status("demo").await.filter(|s| {
+            condition(s, "SecretReady").is_some_and(|c| c.reason == "AcceptSecretNotFound")
+        })
+    })
+    .await;
+    assert_eq!(condition(&status, "SecretReady").unwrap().status, "False");
+    let mut next = secret("n3xt-s3cret");
+    next.metadata.name = Some("next".into());
+    h.api::<Secret>()
+        .create(&PostParams::default(), &next)
+        .await
+        .unwrap();
+    let status = eventually("Rotating", || async {
+        h.cluster_status("demo").await.filter(|s| {
+            condition(s, "SecretReady")
+                .is_some_and(|c| c.status == "True" && c.reason == "Rotating")
+        })
+    })
+    .await;
+    let message = &condition(&status, "SecretReady").unwrap().message;
+    assert!(
+        message.contains("Secret mine") && message.contains("also accepting Secret next"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -146,6 +146,12 @@ pub struct Args {
     #[arg(long, env = "SIGX_SECRET_FILE")]
     pub secret_file: Option<PathBuf>,
 
+    /// A file holding a second secret, accepted on inbound mesh requests but never signed with
+    /// (same format as SIGX_SECRET_FILE): set only while the cluster secret is rotated, first to
+    /// the new secret, then to the old one (README, "Rotating the mesh secret").
+    #[arg(long, env = "SIGX_SECRET_ACCEPT_FILE")]
+    pub secret_accept_file: Option<PathBuf>,
+
     /// Run the mesh without authentication. A claim you make in writing: only for a mesh no
     /// untrusted caller can reach.
     #[arg(long, env = "SIGX_INSECURE")]
@@ -311,11 +317,18 @@ pub enum ConfigError {
         "the mesh secret is empty or whitespace-only: that is never a secret (even with --insecure)"
     )]
     EmptySecret,
-    #[error("SIGX_SECRET_FILE={path:?} cannot be read: {source}")]
+    #[error("{name}={path:?} cannot be read: {source}")]
     SecretFile {
+        name: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "SIGX_SECRET_ACCEPT_FILE is set but the mesh has no secret to sign with: a second accepted \
+         secret only means something during a rotation of SIGX_SECRET_FILE; set that too, or \
+         unset SIGX_SECRET_ACCEPT_FILE"
+    )]
+    AcceptWithoutSecret,
     #[error("{0} is required with --membership kubernetes (set it from the downward API)")]
     MissingPodIdentity(&'static str),
     #[error("SIGX_SQLITE_PATH={path:?}: {reason}")]
@@ -356,6 +369,8 @@ pub struct Config {
     pub zone: Option<String>,
     /// `None` means insecure (stated explicitly).
     pub secret: Option<Secret>,
+    /// A second secret accepted on inbound requests, never signed with (a rotation).
+    pub secret_accepted: Option<Secret>,
     pub beat: Duration,
     pub ttl: Duration,
     /// The trailing window of the membership refresh coalescer (0: leading edge only).
@@ -592,12 +607,25 @@ impl Args {
             (Some(s), _) => Some(Secret::new(s.as_bytes().to_vec())?),
             (None, Some(path)) => {
                 let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
+                    name: "SIGX_SECRET_FILE",
                     path: path.clone(),
                     source,
                 })?;
                 Some(Secret::new(secret_file_key(bytes))?)
             }
             (None, None) => None,
+        };
+        let secret_accepted = match &self.secret_accept_file {
+            None => None,
+            Some(_) if secret.is_none() => return Err(ConfigError::AcceptWithoutSecret),
+            Some(path) => {
+                let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
+                    name: "SIGX_SECRET_ACCEPT_FILE",
+                    path: path.clone(),
+                    source,
+                })?;
+                Some(Secret::new(secret_file_key(bytes))?)
+            }
         };
         // mTLS authenticates peers but is not the written claim: without a secret it still
         // needs --insecure, so a deployment that meant to have both cannot drop the secret by
@@ -762,6 +790,7 @@ impl Args {
             node: self.node.filter(|n| !n.trim().is_empty()),
             zone: self.zone.filter(|z| !z.trim().is_empty()),
             secret,
+            secret_accepted,
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),
             membership_coalesce: Duration::from_millis(self.membership_coalesce_ms),

@@ -136,6 +136,39 @@ fn secret_rules() {
     ));
     let cfg = parse(&["--secret", "hunter2"]).unwrap();
     assert!(!format!("{cfg:?}").contains("hunter2"));
+    assert!(cfg.secret_accepted.is_none());
+
+    // A rotation's second, accepted secret: read like the first, only next to one.
+    let files = tempfile::tempdir().unwrap();
+    let accept = files.path().join("accept");
+    std::fs::write(&accept, b"next-secret\n").unwrap();
+    let accept = accept.to_str().unwrap();
+    let cfg = parse(&["--secret", "hunter2", "--secret-accept-file", accept]).unwrap();
+    assert_eq!(cfg.secret_accepted.unwrap().expose(), b"next-secret");
+    let err = parse(&["--insecure", "--secret-accept-file", accept]).unwrap_err();
+    assert!(matches!(err, ConfigError::AcceptWithoutSecret), "{err}");
+    let missing = files.path().join("nope");
+    let err = parse(&[
+        "--secret",
+        "hunter2",
+        "--secret-accept-file",
+        missing.to_str().unwrap(),
+    ])
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("SIGX_SECRET_ACCEPT_FILE="),
+        "{err}"
+    );
+    std::fs::write(files.path().join("blank"), b" \n").unwrap();
+    let blank = files.path().join("blank");
+    let err = parse(&[
+        "--secret",
+        "hunter2",
+        "--secret-accept-file",
+        blank.to_str().unwrap(),
+    ])
+    .unwrap_err();
+    assert!(matches!(err, ConfigError::EmptySecret), "{err}");
 }
 
 #[test]

@@ -126,6 +126,10 @@ pub struct Fleet {
     /// The sockets the load may call through (live, not terminating).
     pub targets: Arc<RwLock<Vec<PathBuf>>>,
     secret_file: PathBuf,
+    /// The second secret new pods accept (a rotation in progress), if any.
+    accept_file: Option<PathBuf>,
+    /// Secret files written so far (each rotation step gets new files).
+    secret_files: u32,
     generation: u32,
     app_restarts: u32,
     /// Whole-pod freezes (SIGSTOP … SIGCONT), for the duplicate-activation checker.
@@ -180,6 +184,8 @@ impl Fleet {
             pods: Vec::new(),
             targets: Arc::default(),
             secret_file,
+            accept_file: None,
+            secret_files: 0,
             generation: 0,
             app_restarts: 0,
             freezes: Vec::new(),
@@ -231,6 +237,11 @@ impl Fleet {
             .args(["--host-id", &id])
             .arg("--secret-file")
             .arg(&self.secret_file)
+            .args(
+                self.accept_file
+                    .iter()
+                    .flat_map(|f| [std::ffi::OsStr::new("--secret-accept-file"), f.as_os_str()]),
+            )
             .arg("--socket")
             .arg(&socket)
             .args(["--health-addr", &health.to_string()])
@@ -422,6 +433,26 @@ impl Fleet {
     /// An HTTP probe of pod `i`.
     pub async fn probe(&self, i: usize, path: &str) -> Option<u16> {
         http_status(self.pods[i].health, path).await
+    }
+
+    /// The mesh secret pods started from now on sign with.
+    pub fn secret(&self) -> String {
+        std::fs::read_to_string(&self.secret_file).expect("the fleet's secret file")
+    }
+
+    /// A rotation step: pods started from now on sign with `sign` and also accept `accept`
+    /// (`--secret-accept-file`), as the operator renders them for `spec.auth.secretRef` and
+    /// `spec.auth.acceptSecretRef`. Running pods keep what they started with until replaced.
+    pub fn set_secrets(&mut self, sign: &str, accept: Option<&str>) {
+        self.secret_files += 1;
+        let n = self.secret_files;
+        let write = |name: String, value: &str| {
+            let path = self.dir.path().join(name);
+            std::fs::write(&path, value).unwrap();
+            path
+        };
+        self.secret_file = write(format!("secret-{n}"), sign);
+        self.accept_file = accept.map(|a| write(format!("accept-{n}"), a));
     }
 
     /// Replaces every live pod in turn, like a Deployment rollout with maxSurge 1 and

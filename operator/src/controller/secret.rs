@@ -118,7 +118,7 @@ pub(crate) async fn ensure_secret(
         adopt_generated_secret(cluster, ctx, &secrets, &secret, roles, &what).await?;
     }
     let value = secret.data.as_ref().and_then(|d| d.get(key));
-    Ok(match value {
+    let state = match value {
         None => SecretState {
             ready: false,
             reason: "SecretKeyMissing",
@@ -140,6 +140,59 @@ pub(crate) async fn ensure_secret(
             ready: true,
             reason: "Referenced",
             message: format!("using Secret {name}, key {key}"),
+        },
+    };
+    match &cluster.spec.auth.accept_secret_ref {
+        Some(accept) if state.ready => accepted_secret(&secrets, namespace, accept, state).await,
+        _ => Ok(state),
+    }
+}
+
+/// A rotation in progress (`auth.acceptSecretRef`): the second secret must exist and hold a
+/// non-blank key, or the pods would not start (the volume is not optional) or their sidecars
+/// would refuse it; said on `SecretReady` with the reasons `AcceptSecret*`.
+async fn accepted_secret(
+    secrets: &Api<Secret>,
+    namespace: &str,
+    accept: &sigx_crds::SecretKeyRef,
+    signing: SecretState,
+) -> Result<SecretState, ReconcileError> {
+    let (name, key) = (&accept.name, &accept.key);
+    let found = secrets.get_opt(name).await.map_err(ReconcileError::kube(
+        "reading",
+        format!("Secret {namespace}/{name}"),
+    ))?;
+    let value = found
+        .as_ref()
+        .and_then(|s| s.data.as_ref())
+        .and_then(|d| d.get(key));
+    Ok(match (found.is_some(), value) {
+        (false, _) => SecretState {
+            ready: false,
+            reason: "AcceptSecretNotFound",
+            message: format!(
+                "Secret {name} named by auth.acceptSecretRef does not exist in namespace {namespace}; create it or remove acceptSecretRef"
+            ),
+        },
+        (true, None) => SecretState {
+            ready: false,
+            reason: "AcceptSecretKeyMissing",
+            message: format!("Secret {name} (auth.acceptSecretRef) has no key {key:?}; add it"),
+        },
+        (true, Some(v)) if v.0.iter().all(u8::is_ascii_whitespace) => SecretState {
+            ready: false,
+            reason: "AcceptSecretEmpty",
+            message: format!(
+                "key {key:?} of Secret {name} (auth.acceptSecretRef) is empty or whitespace; the sidecar refuses it"
+            ),
+        },
+        (true, Some(_)) => SecretState {
+            ready: true,
+            reason: "Rotating",
+            message: format!(
+                "{}; rotation in progress: also accepting Secret {name}, key {key} (auth.acceptSecretRef)",
+                signing.message
+            ),
         },
     })
 }

@@ -55,6 +55,11 @@ pub const HEALTH_PORT: i32 = sigx_crds::cluster::DEFAULT_HEALTH_PORT;
 pub const SECRET_VOLUME: &str = "sigx-secret";
 /// Directory of the mounted cluster secret.
 pub const SECRET_DIR: &str = "/etc/sigx/secret";
+/// Volume and mount of the second secret accepted during a rotation (`spec.auth.acceptSecretRef`,
+/// read through `SIGX_SECRET_ACCEPT_FILE`).
+pub const ACCEPT_SECRET_VOLUME: &str = "sigx-secret-accept";
+/// Directory of the mounted accepted secret.
+pub const ACCEPT_SECRET_DIR: &str = "/etc/sigx/secret-accept";
 /// Volume and mount of the mTLS material (when `spec.mtls` is set).
 pub const MTLS_VOLUME: &str = "sigx-mtls";
 /// Directory of the mounted mTLS Secret (`tls.crt`, `tls.key`, `ca.crt`).
@@ -151,6 +156,23 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
                 secret_name: Some(secret_name.to_owned()),
                 items: Some(vec![KeyToPath {
                     key: key.to_owned(),
+                    path: "secret".to_owned(),
+                    ..KeyToPath::default()
+                }]),
+                default_mode: Some(0o440),
+                optional: Some(false),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+    }
+    if let Some(accept) = &cluster.spec.auth.accept_secret_ref {
+        volumes.push(Volume {
+            name: ACCEPT_SECRET_VOLUME.to_owned(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(accept.name.clone()),
+                items: Some(vec![KeyToPath {
+                    key: accept.key.clone(),
                     path: "secret".to_owned(),
                     ..KeyToPath::default()
                 }]),

@@ -254,6 +254,68 @@ fn referenced_secret_and_insecure_are_rendered_as_asked() {
 }
 
 #[test]
+fn a_rotation_mounts_the_accepted_secret_beside_the_signing_one() {
+    let rotating = fixtures::cluster(json!({
+        "auth": {"secretRef": {"name": "mesh-v2", "key": "hmac"},
+                 "acceptSecretRef": {"name": "mesh-v1", "key": "secret"}}
+    }));
+    let d = deployment(&rotating, &fixtures::engine_role()).unwrap();
+    let volume = |name: &str| {
+        pod_spec(&d)
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == name)
+            .and_then(|v| v.secret.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        volume(SECRET_VOLUME).secret_name.as_deref(),
+        Some("mesh-v2")
+    );
+    let accept = volume(ACCEPT_SECRET_VOLUME);
+    assert_eq!(accept.secret_name.as_deref(), Some("mesh-v1"));
+    assert_eq!(accept.items.as_ref().unwrap()[0].key, "secret");
+    assert_eq!(
+        accept.optional,
+        Some(false),
+        "a typo must not start pods unrotated"
+    );
+    let s = the_sidecar(&d);
+    assert_eq!(
+        env_value(s, "SIGX_SECRET_ACCEPT_FILE"),
+        Some("/etc/sigx/secret-accept/secret")
+    );
+    let mount = s
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == ACCEPT_SECRET_VOLUME)
+        .unwrap();
+    assert_eq!(mount.mount_path, ACCEPT_SECRET_DIR);
+    assert_eq!(mount.read_only, Some(true));
+    // Only the sidecar sees it.
+    let app = &pod_spec(&d).containers[0];
+    assert!(
+        app.volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != ACCEPT_SECRET_VOLUME)
+    );
+
+    // Not rotating: nothing of it.
+    let d = engine();
+    assert!(env(the_sidecar(&d), "SIGX_SECRET_ACCEPT_FILE").is_none());
+    assert!(
+        pod_spec(&d)
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != ACCEPT_SECRET_VOLUME)
+    );
+}
+
+#[test]
 fn pods_are_labelled_with_cluster_role_and_types_and_the_selector_matches() {
     let role = fixtures::role(
         "mixed",
@@ -554,5 +616,37 @@ fn no_per_type_placement_renders_no_variable() {
         env_value(the_sidecar(&d), "SIGX_REBALANCE"),
         None,
         "the sidecar's default (on) applies"
+    );
+}
+
+#[test]
+fn the_sidecar_image_is_the_roles_else_the_clusters_else_the_operators_release() {
+    let image = |cluster: serde_json::Value, role_sidecar: Option<serde_json::Value>| {
+        let mut role = fixtures::engine_role();
+        role.spec.sidecar = role_sidecar.map(|s| serde_json::from_value(s).unwrap());
+        let d = deployment(&fixtures::cluster(cluster), &role).unwrap();
+        the_sidecar(&d).image.clone().unwrap()
+    };
+    // Neither sets one: the operator's own release, never an empty or `latest` image.
+    let default = image(json!({}), None);
+    assert_eq!(default, sigx_crds::DEFAULT_SIDECAR_IMAGE);
+    assert_eq!(
+        default,
+        format!("ghcr.io/sigx/sidecar:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(default, image(json!({"sidecar": {}}), Some(json!({}))));
+    // The cluster pins one.
+    let pinned = json!({"sidecar": {"image": "mirror.example/sigx/sidecar:0.0.9"}});
+    assert_eq!(
+        image(pinned.clone(), None),
+        "mirror.example/sigx/sidecar:0.0.9"
+    );
+    // A role moves ahead of the others.
+    assert_eq!(
+        image(
+            pinned,
+            Some(json!({"image": "mirror.example/sigx/sidecar:0.2.0"}))
+        ),
+        "mirror.example/sigx/sidecar:0.2.0"
     );
 }

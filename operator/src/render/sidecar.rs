@@ -9,14 +9,15 @@ use k8s_openapi::api::core::v1::{
     VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use sigx_crds::{ActorCluster, ActorRole, StateMode};
+use sigx_crds::{ActorCluster, ActorRole, DEFAULT_SIDECAR_IMAGE, StateMode};
 
 use super::RenderError;
 use super::cluster::SecretSource;
 use super::ports::SidecarPorts;
 use super::role::{
-    MTLS_DIR, MTLS_VOLUME, SECRET_DIR, SECRET_VOLUME, SIDECAR_CONTAINER, SOCKET_DIR, SOCKET_PATH,
-    SOCKET_VOLUME, STATE_DIR, STATE_VOLUME, TOKEN_DIR, TOKEN_VOLUME,
+    ACCEPT_SECRET_DIR, ACCEPT_SECRET_VOLUME, MTLS_DIR, MTLS_VOLUME, SECRET_DIR, SECRET_VOLUME,
+    SIDECAR_CONTAINER, SOCKET_DIR, SOCKET_PATH, SOCKET_VOLUME, STATE_DIR, STATE_VOLUME, TOKEN_DIR,
+    TOKEN_VOLUME,
 };
 
 /// What the sidecar container is rendered from.
@@ -33,6 +34,17 @@ pub(super) struct SidecarInput<'a> {
     pub ports: SidecarPorts,
     /// The `/drain` token (render/stop.rs).
     pub drain_token: &'a str,
+}
+
+/// The sidecar image of a role's pods: the role's own, else the cluster's, else the one of the
+/// operator's release.
+pub(super) fn sidecar_image<'a>(cluster: &'a ActorCluster, role: &'a ActorRole) -> &'a str {
+    role.spec
+        .sidecar
+        .as_ref()
+        .and_then(|s| s.image.as_deref())
+        .or(cluster.spec.sidecar.image.as_deref())
+        .unwrap_or(DEFAULT_SIDECAR_IMAGE)
 }
 
 /// The sidecar container of a role's pods (a native sidecar: an init container with
@@ -113,6 +125,13 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
                 &format!("{SECRET_DIR}/secret"),
             ));
             mounts.push(read_only_mount(SECRET_VOLUME, SECRET_DIR));
+            if cluster.spec.auth.accept_secret_ref.is_some() {
+                env.push(plain_env(
+                    "SIGX_SECRET_ACCEPT_FILE",
+                    &format!("{ACCEPT_SECRET_DIR}/secret"),
+                ));
+                mounts.push(read_only_mount(ACCEPT_SECRET_VOLUME, ACCEPT_SECRET_DIR));
+            }
         }
     }
     // The state store; without a state section the sidecar keeps state in memory.
@@ -172,7 +191,7 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
 
     Container {
         name: SIDECAR_CONTAINER.to_owned(),
-        image: Some(spec.sidecar.image.clone()),
+        image: Some(sidecar_image(cluster, role).to_owned()),
         image_pull_policy: spec
             .sidecar
             .image_pull_policy

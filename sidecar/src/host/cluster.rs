@@ -391,7 +391,18 @@ pub(crate) async fn bring_up(b: BringUp) {
     // 3. The directory, fed by the membership views in order.
     let (views, feed) = directory_views(&membership);
     let auth = match &cfg.secret {
-        Some(secret) => match crate::mesh::MeshSecret::new(secret.expose()) {
+        Some(secret) => match crate::mesh::MeshSecret::new(secret.expose()).and_then(|s| match &cfg
+            .secret_accepted
+        {
+            Some(accepted) => {
+                tracing::info!(
+                    "mesh secret rotation in progress: signing with SIGX_SECRET_FILE, also \
+                         accepting SIGX_SECRET_ACCEPT_FILE"
+                );
+                s.accepting(accepted.expose())
+            }
+            None => Ok(s),
+        }) {
             Ok(s) => MeshAuth::Secret(s),
             Err(e) => {
                 state.set_fenced(format!("mesh secret refused: {e}"));

@@ -55,10 +55,13 @@ pub enum SecretError {
     Contradictory,
 }
 
-/// The cluster secret, held only as a keyed HMAC state.
+/// The cluster secret, held only as a keyed HMAC state; during a rotation, also a second
+/// secret accepted on inbound requests but never signed with ([`MeshSecret::accepting`]).
 #[derive(Clone)]
 pub struct MeshSecret {
     keyed: HmacSha256,
+    /// Boxed: it is rare, and the common case stays one key's size.
+    accepted: Option<Box<HmacSha256>>,
 }
 
 impl fmt::Debug for MeshSecret {
@@ -74,21 +77,32 @@ impl MeshSecret {
         if bytes.iter().all(|b| b.is_ascii_whitespace()) {
             return Err(SecretError::Blank);
         }
-        let keyed = HmacSha256::new_from_slice(bytes).expect("HMAC accepts keys of any length");
-        Ok(MeshSecret { keyed })
+        Ok(MeshSecret {
+            keyed: keyed(bytes),
+            accepted: None,
+        })
+    }
+
+    /// Also accepts requests signed with `other`, while still signing with this secret: the
+    /// rotation's middle steps (README, "Rotating the mesh secret"). First every host accepts the new secret while
+    /// signing with the old, then every host signs with the new while accepting the old, then
+    /// the old goes: at no step does a host refuse a peer that has not rolled yet.
+    pub fn accepting(mut self, other: impl AsRef<[u8]>) -> Result<Self, SecretError> {
+        let bytes = other.as_ref();
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Err(SecretError::Blank);
+        }
+        self.accepted = Some(Box::new(keyed(bytes)));
+        Ok(self)
+    }
+
+    /// Whether a second secret is accepted (a rotation is in progress).
+    pub fn is_rotating(&self) -> bool {
+        self.accepted.is_some()
     }
 
     fn mac_state(&self, peer: &str, ts_ms: i64, path: &str) -> HmacSha256 {
-        let mut mac = self.keyed.clone();
-        mac.update(MAC_DOMAIN.as_bytes());
-        mac.update(b"\n");
-        mac.update(peer.as_bytes());
-        mac.update(b"\n");
-        let mut buf = [0u8; 20];
-        mac.update(decimal(ts_ms, &mut buf));
-        mac.update(b"\n");
-        mac.update(path.as_bytes());
-        mac
+        mac_state(&self.keyed, peer, ts_ms, path)
     }
 
     /// The MAC of one request, as the 64 lowercase hex characters sent in `sigx-mac`.
@@ -115,7 +129,28 @@ impl MeshSecret {
             }
         }
         self.mac_state(peer, ts_ms, path).verify_slice(&tag).is_ok()
+            || self
+                .accepted
+                .as_ref()
+                .is_some_and(|k| mac_state(k, peer, ts_ms, path).verify_slice(&tag).is_ok())
     }
+}
+
+fn keyed(bytes: &[u8]) -> HmacSha256 {
+    HmacSha256::new_from_slice(bytes).expect("HMAC accepts keys of any length")
+}
+
+fn mac_state(keyed: &HmacSha256, peer: &str, ts_ms: i64, path: &str) -> HmacSha256 {
+    let mut mac = keyed.clone();
+    mac.update(MAC_DOMAIN.as_bytes());
+    mac.update(b"\n");
+    mac.update(peer.as_bytes());
+    mac.update(b"\n");
+    let mut buf = [0u8; 20];
+    mac.update(decimal(ts_ms, &mut buf));
+    mac.update(b"\n");
+    mac.update(path.as_bytes());
+    mac
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -468,6 +503,49 @@ mod tests {
             mac.to_uppercase().as_bytes()
         ));
         assert!(!s.verify("host-a", 1_700_000_000_000, PATH, b"00"));
+    }
+
+    /// The rotation's four phases, each host rolled from one to the next: any two hosts of
+    /// adjacent phases (the only ones that meet during a rolling update) accept each other's
+    /// requests both ways; hosts further apart do not (so each roll must finish before the next
+    /// starts), and a third secret is refused everywhere.
+    #[test]
+    fn a_rotation_in_three_rolls_never_splits_the_mesh() {
+        let old = || MeshSecret::new("old-secret").unwrap();
+        let new = || MeshSecret::new("new-secret").unwrap();
+        let phases = [
+            old(),
+            old().accepting("new-secret").unwrap(),
+            new().accepting("old-secret").unwrap(),
+            new(),
+        ];
+        let accepts = |signer: &MeshSecret, verifier: &MeshSecret| {
+            let mac = signer.sign("peer-a", 1_700_000_000_000, "/p");
+            verifier.verify("peer-a", 1_700_000_000_000, "/p", mac.as_bytes())
+        };
+        for (i, a) in phases.iter().enumerate() {
+            for (j, b) in phases.iter().enumerate() {
+                // Phases 0 and 1 sign with the old secret, which phase 3 no longer takes;
+                // phases 2 and 3 sign with the new one, which phase 0 does not take yet.
+                let expected = !((i <= 1 && j == 3) || (i >= 2 && j == 0));
+                if i.abs_diff(j) <= 1 {
+                    assert!(expected, "adjacent phases always meet");
+                }
+                assert_eq!(
+                    accepts(a, b),
+                    expected,
+                    "phase {i} signing, phase {j} verifying"
+                );
+            }
+        }
+        assert!(!phases[0].is_rotating() && phases[1].is_rotating());
+        let stranger = MeshSecret::new("third").unwrap();
+        assert!(phases.iter().all(|p| !accepts(&stranger, p)));
+        assert_eq!(
+            old().accepting(" \n").err(),
+            Some(SecretError::Blank),
+            "a blank accepted secret is refused too"
+        );
     }
 
     #[test]
