@@ -36,14 +36,7 @@ async fn a_rolling_restart_under_load_loses_no_call() {
     // How many calls fit depends on the machine (each increment commits to the shared SQLite
     // state file): this only checks that the load ran.
     assert!(report.sent > 100, "the load ran: {}", report.sent);
-    assert_eq!(report.failed(), 0, "{}", report.render());
-    assert!(report.ambiguous_by_kind.is_empty(), "{}", report.render());
-    assert!(
-        report.duplicate_activations.is_empty(),
-        "{}",
-        report.render()
-    );
-    assert!(report.ledger_problems.is_empty(), "{}", report.render());
+    report.assert_clean();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

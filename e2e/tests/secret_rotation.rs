@@ -58,14 +58,7 @@ async fn a_secret_rotated_in_three_rolls_under_load_refuses_no_call() {
     assert_eq!(rotating_sidecars(&fleet), 6);
     fleet.shutdown().await;
     assert!(report.sent > 100, "the load ran: {}", report.sent);
-    assert_eq!(report.failed(), 0, "{}", report.render());
-    assert!(report.ambiguous_by_kind.is_empty(), "{}", report.render());
-    assert!(
-        report.duplicate_activations.is_empty(),
-        "{}",
-        report.render()
-    );
-    assert!(report.ledger_problems.is_empty(), "{}", report.render());
+    report.assert_clean();
 }
 
 /// The broken variant: straight to "sign with the new secret" without the roll that makes

@@ -430,6 +430,16 @@ pub fn secret_file_key(mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
+/// The secret a file holds ([`secret_file_key`]), its errors named by the setting `name`.
+fn read_secret_file(name: &'static str, path: &std::path::Path) -> Result<Secret, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
+        name,
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Secret::new(secret_file_key(bytes))
+}
+
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Secret(<{} bytes>)", self.0.len())
@@ -605,27 +615,13 @@ impl Args {
         // Secret rules (DESIGN.md §7): an empty secret is refused always; none needs --insecure.
         let secret = match (&self.secret, &self.secret_file) {
             (Some(s), _) => Some(Secret::new(s.as_bytes().to_vec())?),
-            (None, Some(path)) => {
-                let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
-                    name: "SIGX_SECRET_FILE",
-                    path: path.clone(),
-                    source,
-                })?;
-                Some(Secret::new(secret_file_key(bytes))?)
-            }
+            (None, Some(path)) => Some(read_secret_file("SIGX_SECRET_FILE", path)?),
             (None, None) => None,
         };
         let secret_accepted = match &self.secret_accept_file {
             None => None,
             Some(_) if secret.is_none() => return Err(ConfigError::AcceptWithoutSecret),
-            Some(path) => {
-                let bytes = std::fs::read(path).map_err(|source| ConfigError::SecretFile {
-                    name: "SIGX_SECRET_ACCEPT_FILE",
-                    path: path.clone(),
-                    source,
-                })?;
-                Some(Secret::new(secret_file_key(bytes))?)
-            }
+            Some(path) => Some(read_secret_file("SIGX_SECRET_ACCEPT_FILE", path)?),
         };
         // mTLS authenticates peers but is not the written claim: without a secret it still
         // needs --insecure, so a deployment that meant to have both cannot drop the secret by

@@ -258,6 +258,15 @@ impl Report {
         r
     }
 
+    /// Asserts the run lost nothing: no failed or ambiguous call, no duplicate activation, no
+    /// ledger problem (the report is the message).
+    pub fn assert_clean(&self) {
+        assert_eq!(self.failed(), 0, "{}", self.render());
+        assert!(self.ambiguous_by_kind.is_empty(), "{}", self.render());
+        assert!(self.duplicate_activations.is_empty(), "{}", self.render());
+        assert!(self.ledger_problems.is_empty(), "{}", self.render());
+    }
+
     /// Failed calls (excluding ambiguous ones).
     pub fn failed(&self) -> u64 {
         self.failed_by_kind.values().sum()

@@ -149,39 +149,27 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         }),
         ..Volume::default()
     });
+    // One key of a Secret as the file `secret` (the sidecar reads it through an env naming it).
+    let key_volume = |volume: &str, secret_name: &str, key: &str| Volume {
+        name: volume.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret_name.to_owned()),
+            items: Some(vec![KeyToPath {
+                key: key.to_owned(),
+                path: "secret".to_owned(),
+                ..KeyToPath::default()
+            }]),
+            default_mode: Some(0o440),
+            optional: Some(false),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
     if let Some((secret_name, key)) = secret.secret_key() {
-        volumes.push(Volume {
-            name: SECRET_VOLUME.to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret_name.to_owned()),
-                items: Some(vec![KeyToPath {
-                    key: key.to_owned(),
-                    path: "secret".to_owned(),
-                    ..KeyToPath::default()
-                }]),
-                default_mode: Some(0o440),
-                optional: Some(false),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        volumes.push(key_volume(SECRET_VOLUME, secret_name, key));
     }
     if let Some(accept) = &cluster.spec.auth.accept_secret_ref {
-        volumes.push(Volume {
-            name: ACCEPT_SECRET_VOLUME.to_owned(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(accept.name.clone()),
-                items: Some(vec![KeyToPath {
-                    key: accept.key.clone(),
-                    path: "secret".to_owned(),
-                    ..KeyToPath::default()
-                }]),
-                default_mode: Some(0o440),
-                optional: Some(false),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
+        volumes.push(key_volume(ACCEPT_SECRET_VOLUME, &accept.name, &accept.key));
     }
     if let Some(mtls) = &cluster.spec.mtls {
         volumes.push(Volume {

@@ -232,7 +232,7 @@ pub(crate) struct Inner {
     /// The same activations by id: a turn's state reads find their activation here from its
     /// Activate turn to its Deactivate turn, also once it left `activations` (ending, or taken
     /// out by a graceful stop while its Activate or last turns still run).
-    pub(crate) running: Mutex<HashMap<Arc<str>, (ActorId, Arc<activation::Shared>)>>,
+    pub(crate) running: Mutex<HashMap<Arc<str>, RunningActivation>>,
     /// Turns handed to the app that it may still be running (for the fenced withdrawal).
     outstanding: Arc<Outstanding>,
     /// Wakes this host's reminder owner when a reminder is set here.
@@ -853,6 +853,9 @@ impl Drop for InFlight {
 
 /// Counts an activation's task from its spawn until it has released its claim (also when the
 /// task is aborted or panics).
+/// An entry of [`Inner::running`]: the actor and the state callers share.
+pub(crate) type RunningActivation = (ActorId, Arc<activation::Shared>);
+
 /// An activation's task, counted in `lifecycles` and registered in `running` for as long as it
 /// runs (made before the task is spawned, dropped when it ends, on every path).
 pub(crate) struct Lifecycle {
