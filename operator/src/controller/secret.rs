@@ -65,7 +65,8 @@ pub(crate) async fn ensure_secret(
                                 .iter()
                                 .find(|c| c.type_ == condition_types::SECRET_READY)
                         })
-                        .is_some_and(|c| c.reason == "Generated");
+                        // Rotating: a rotation was under way with the generated Secret signing.
+                        .is_some_and(|c| c.reason == "Generated" || c.reason == "Rotating");
                     let (type_, reason, note) = if recreated {
                         (
                             EventType::Warning,
