@@ -36,8 +36,12 @@ struct Fixture {
 }
 
 async fn fixture(idle_ms: u64, behaviour: &[(&str, Behaviour)]) -> Fixture {
+    fixture_with(idle_ms, behaviour, &[]).await
+}
+
+async fn fixture_with(idle_ms: u64, behaviour: &[(&str, Behaviour)], extra: &[&str]) -> Fixture {
     let dir = tempdir();
-    let host = start_host(dir.path(), &[]).await;
+    let host = start_host(dir.path(), extra).await;
     let behaviour: HashMap<String, Behaviour> = behaviour
         .iter()
         .map(|(m, b)| (m.to_string(), b.clone()))
@@ -351,6 +355,54 @@ async fn no_tick_follows_the_deactivate_turn_of_a_stopping_host() {
     assert!(
         ticks.iter().all(|t| t.end <= deactivated.start),
         "a tick ran during or after the Deactivate turn: {ticks:?} vs {deactivated:?}"
+    );
+}
+
+/// A graceful stop whose drain times out takes every activation out of the routing table while
+/// their turns still run. Such a turn's activation is ending: its timers are cancelled, and a
+/// timer it sets is accepted and never ticks. Regression: it was told `no live activation`
+/// (invalid), so an `on_activate` setting its timers as a stop began failed its call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_still_running_after_a_graceful_stop_drained_the_table_still_sets_timers() {
+    let mut f = fixture_with(
+        0,
+        &[("slow", Behaviour::SleepEcho(Duration::from_millis(1500)))],
+        &["--drain-timeout-ms", "300"],
+    )
+    .await;
+    let act = f.activate("Ticker", "a").await;
+    let hour = 3_600_000;
+    f.set("Ticker", "a", &act, "keep", hour, 0, b"")
+        .await
+        .unwrap();
+    let mut slow_client = f.c.clone();
+    let _slow =
+        tokio::spawn(
+            async move { call(&mut slow_client, "Ticker", "a", "slow", b"s", 5_000).await },
+        );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let host = f.host.take().unwrap();
+    let stop = tokio::spawn(host.stop(sigx_sidecar::host::StopKind::Graceful));
+    // Past the drain's timeout: the table is empty, the slow turn still runs.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        f.set("Ticker", "a", &act, "late", 0, 0, b"").await,
+        Ok(false),
+        "the running turn's activation still runs: its SetTimer is answered"
+    );
+    assert!(
+        !f.cancel("a", &act, "keep").await,
+        "the ending activation's timers were cancelled with its end"
+    );
+    let other = f.set("Ticker", "a", "h1.0.1.999", "t", 0, 0, b"").await;
+    assert!(
+        other.is_err_and(|e| e.message.contains("no live activation")),
+        "an activation that is not running is still refused"
+    );
+    let _ = stop.await;
+    assert!(
+        f.ticks("late").is_empty(),
+        "a timer set on an ending activation ticked"
     );
 }
 

@@ -851,8 +851,6 @@ impl Drop for InFlight {
     }
 }
 
-/// Counts an activation's task from its spawn until it has released its claim (also when the
-/// task is aborted or panics).
 /// An entry of [`Inner::running`]: the actor and the state callers share.
 pub(crate) type RunningActivation = (ActorId, Arc<activation::Shared>);
 

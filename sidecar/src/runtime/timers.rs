@@ -181,22 +181,26 @@ impl TimerSpec {
 }
 
 impl Runtime {
-    /// The live, not yet ended activation `activation_id` of `actor`.
+    /// The running activation `activation_id` of `actor`, in the routing table or not: a
+    /// graceful stop takes every activation out of the table at once while their last turns
+    /// still run, and those turns may set or cancel timers. Whether it has ended is its
+    /// [`Timers`]' own answer (closed before its Deactivate turn), checked under the timers lock.
     fn live_for_timers(
         &self,
         actor: &ActorId,
         activation_id: &str,
     ) -> Result<Arc<Shared>, ActorError> {
         self.inner.gate.check_serving()?;
-        let table = self.inner.activations.lock().expect("activations lock");
-        match table.get(actor) {
-            Some(a) if *a.activation_id == *activation_id && !a.is_closed() => Ok(a.shared.clone()),
+        let running = self.inner.running.lock().expect("running lock");
+        match running.get(activation_id) {
+            Some((a, shared)) if a == actor => Ok(shared.clone()),
             _ => Err(not_live(self, actor, activation_id)),
         }
     }
 
     /// Sets (or replaces, by name) a timer of the live activation `activation_id` of `actor`.
-    /// Returns whether a timer of that name was replaced.
+    /// Returns whether a timer of that name was replaced. On an activation that is ending but
+    /// still runs turns, the timer is accepted and never ticks: timers end with their activation.
     pub fn set_timer(
         &self,
         actor: &ActorId,
@@ -213,7 +217,13 @@ impl Runtime {
         let replaced = {
             let mut slots = timers.slots.lock().expect("timers lock");
             let Some(slots) = slots.as_mut() else {
-                return Err(not_live(self, actor, activation_id));
+                // The activation is ending (its last turns, its Deactivate turn): a timer set
+                // now ends with it at once, as one set a moment earlier would have. Refusing it
+                // would fail the turn (an `on_activate` setting its timers while a stop begins)
+                // and turn a call that never ran into an app error.
+                tracing::debug!(actor = %actor, activation = %activation_id, timer = %spec.name,
+                    "timer set on an ending activation: it never ticks");
+                return Ok(false);
             };
             if !slots.contains_key(&spec.name) && slots.len() >= MAX_TIMERS_PER_ACTIVATION {
                 return Err(ActorError::invalid(format!(
