@@ -10,7 +10,7 @@
 #   - the chart's CRDs are the generated ones (modulo Helm labels/annotations);
 #   - the CRD schemas are structural (scripts/lib/structural.py);
 #   - the example CRs match the CRD schemas with strict field validation (scripts/lib/validate_crs.py);
-#   - the operator's ClusterRole covers the Lease Role it grants the sidecars;
+#   - the operator's ClusterRole (and, with rbac.scope=namespace, its Role) covers the Lease Role it grants the sidecars;
 #   - the platform options (serviceMonitor, podMonitor, networkPolicy, flowSchema) are off by
 #     default; on, the built-in kinds pass kubernetes-validate, and scripts/lib/check_selectors.py
 #     checks that their selectors, ports and subjects aim at what the operator renders (with
@@ -58,6 +58,23 @@ check "helm template (defaults)" \
     sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system > '${OUT}/chart.yaml'"
 check "helm template (non-default values)" \
     sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system $(printf "'%s' " "${ALT_VALUES[@]}") > '${OUT}/chart-alt.yaml'"
+# rbac.scope=namespace: Roles and RoleBindings only, in watchNamespace and the release namespace.
+NS_VALUES=(--set rbac.scope=namespace --set watchNamespace=apps)
+namespaced_rbac() {
+    "${HELM}" template sigx "${CHART}" --namespace sigx-system "${NS_VALUES[@]}" >"${OUT}/chart-ns.yaml" &&
+        ! grep -Eq '^kind: (ClusterRole|ClusterRoleBinding)$' "${OUT}/chart-ns.yaml" &&
+        [[ "$(grep -c '^kind: Role$' "${OUT}/chart-ns.yaml")" == 2 ]] &&
+        [[ "$(grep -c '^kind: RoleBinding$' "${OUT}/chart-ns.yaml")" == 2 ]]
+}
+check "helm template (rbac.scope=namespace renders Roles only)" namespaced_rbac
+check "helm lint --strict (rbac.scope=namespace)" "${HELM}" lint --strict "${CHART}" "${NS_VALUES[@]}"
+no_namespace_refused() {
+    ! "${HELM}" template sigx "${CHART}" --set rbac.scope=namespace >/dev/null 2>"${OUT}/ns.log" &&
+        grep -q "set watchNamespace" "${OUT}/ns.log"
+}
+check "rbac.scope=namespace without watchNamespace is refused, saying what to set (canary)" no_namespace_refused
+check "values.schema.json refuses an unknown rbac.scope (canary)" \
+    refuses "${HELM}" template sigx "${CHART}" --set rbac.scope=tenant
 no_crds() {
     "${HELM}" template sigx "${CHART}" --set crds.install=false >"${OUT}/chart-nocrds.yaml" &&
         grep -q '^kind: Deployment' "${OUT}/chart-nocrds.yaml" &&
@@ -74,6 +91,7 @@ check "render example manifests (cargo test -p sigx-operator --test render_examp
 
 check "kubernetes-validate ${K8S_VERSION}: chart (defaults)" "${VALIDATE[@]}" "${OUT}/chart.yaml"
 check "kubernetes-validate ${K8S_VERSION}: chart (non-default values)" "${VALIDATE[@]}" "${OUT}/chart-alt.yaml"
+check "kubernetes-validate ${K8S_VERSION}: chart (rbac.scope=namespace)" "${VALIDATE[@]}" "${OUT}/chart-ns.yaml"
 check "kubernetes-validate ${K8S_VERSION}: crds/generated" "${VALIDATE[@]}" crds/generated/*.yaml
 check "kubernetes-validate ${K8S_VERSION}: rendered examples" "${VALIDATE[@]}" "${OUT}/rendered.yaml"
 
@@ -151,11 +169,16 @@ check "CR schema check refuses a misspelt field and a bad type name (canary)" ty
 # Kubernetes lets the operator create a Role only with permissions it holds itself (RBAC
 # escalation prevention): every rule it renders for the sidecars must be covered by its own
 # ClusterRole, or reconciling a cluster fails with 403 in a real cluster.
-check "operator ClusterRole covers the sidecar Role it grants" "${PYTHON}" - "${OUT}/chart.yaml" "${OUT}/rendered.yaml" <<'PY'
+# covers_sidecar_role CHART KIND [NAMESPACE]: the rules of the chart's KIND (in NAMESPACE) cover it.
+covers_sidecar_role() {
+    "${PYTHON}" - "$1" "${OUT}/rendered.yaml" "$2" "${3:-}" <<'PY'
 import sys, yaml
 chart = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
 rendered = [d for d in yaml.safe_load_all(open(sys.argv[2])) if d]
-held = [r for d in chart if d["kind"] == "ClusterRole" for r in d["rules"]]
+kind, namespace = sys.argv[3], sys.argv[4]
+held = [r for d in chart if d["kind"] == kind
+        and d["metadata"].get("namespace", "") == namespace for r in d["rules"]]
+assert held, f"no {kind} in {namespace or 'the cluster'}"
 granted = [r for d in rendered if d["kind"] == "Role" for r in d["rules"]]
 assert granted, "no Role rendered"
 def covered(group, resource, verb):
@@ -165,6 +188,10 @@ missing = [(g, res, v) for r in granted for g in r["apiGroups"] for res in r["re
            for v in r["verbs"] if not covered(g, res, v)]
 assert not missing, f"operator cannot grant: {missing}"
 PY
+}
+check "operator ClusterRole covers the sidecar Role it grants" covers_sidecar_role "${OUT}/chart.yaml" ClusterRole
+check "operator Role in watchNamespace (rbac.scope=namespace) covers the sidecar Role it grants" \
+    covers_sidecar_role "${OUT}/chart-ns.yaml" Role apps
 
 # The platform options (issue 20), all on. The sidecar NetworkPolicy and the FlowSchema name the
 # namespace and ActorCluster of the rendered examples (sigx-demo, render_examples.rs; demo,

@@ -64,6 +64,17 @@ impl Operator {
         ns: &str,
         watch_only: bool,
     ) -> Operator {
+        Operator::spawn_watching(cp, kubeconfig, ns, watch_only.then_some(ns))
+    }
+
+    /// Like [`Operator::spawn_with`], its leader Lease in `ns`, watching `watch` only (`None`:
+    /// every namespace): the operator's namespace and the watched one may differ.
+    pub fn spawn_watching(
+        cp: &ControlPlane,
+        kubeconfig: &std::path::Path,
+        ns: &str,
+        watch: Option<&str>,
+    ) -> Operator {
         let bin = crate::chaos::bin_dir().join("sigx-operator");
         assert!(
             bin.is_file(),
@@ -73,8 +84,8 @@ impl Operator {
         let log = cp.dir().join("operator.log");
         let out = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(bin);
-        if watch_only {
-            cmd.env("SIGX_WATCH_NAMESPACE", ns);
+        if let Some(watch) = watch {
+            cmd.env("SIGX_WATCH_NAMESPACE", watch);
         } else {
             cmd.env_remove("SIGX_WATCH_NAMESPACE");
         }

@@ -13,6 +13,11 @@
 //!   on deployments leaves the role `Stalled` with the API server's 403; the sidecar's Role
 //!   without `delete` leaves its Lease behind when it stops.
 //!
+//! - the chart's `rbac.scope: namespace` (a Role in the watched namespace, a leader-Lease Role in
+//!   the operator's own): the operator reconciles its namespace with no cluster-wide grant, may
+//!   not read ActorClusters elsewhere, and (broken variant) started to watch every namespace
+//!   with only that Role, it reconciles nothing and logs the API server's refusal.
+//!
 //! Needs `make controlplane`, `cargo build --workspace --bins` and helm
 //! (`scripts/install-tools.sh manifests` puts it in `.tools/bin`; `SIGX_HELM` overrides).
 
@@ -39,6 +44,37 @@ const RELEASE_NS: &str = "sigx-system";
 /// The verbs the sidecar uses on Leases (sidecar/src/membership/kubernetes): read and watch its
 /// peers', create and renew (update) its own, delete its own on leave and an expired peer's.
 const SIDECAR_LEASE_VERBS: [&str; 6] = ["get", "list", "watch", "create", "update", "delete"];
+
+/// The chart's ServiceAccount, Roles and RoleBindings with `rbac.scope: namespace`, watching
+/// `watch`, as `helm template` renders them.
+fn chart_namespaced_rbac(watch: &str) -> Vec<Value> {
+    let watch = format!("watchNamespace={watch}");
+    let docs = controlplane::chart_template(&[
+        "--namespace",
+        RELEASE_NS,
+        "--set",
+        "rbac.scope=namespace",
+        "--set",
+        &watch,
+        "--show-only",
+        "templates/serviceaccount.yaml",
+        "--show-only",
+        "templates/role.yaml",
+    ]);
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "Role",
+            "Role",
+            "RoleBinding",
+            "RoleBinding"
+        ],
+        "{docs:?}"
+    );
+    docs
+}
 
 /// The chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as `helm template` renders
 /// them with the default values.
@@ -103,6 +139,20 @@ async fn install(admin: &kube::Client, docs: &[Value]) {
                     .await
                     .unwrap();
             }
+            "Role" => {
+                let ns = doc["metadata"]["namespace"].as_str().unwrap();
+                Api::<Role>::namespaced(admin.clone(), ns)
+                    .create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .unwrap();
+            }
+            "RoleBinding" => {
+                let ns = doc["metadata"]["namespace"].as_str().unwrap();
+                Api::<RoleBinding>::namespaced(admin.clone(), ns)
+                    .create(&pp, &serde_json::from_value(doc.clone()).unwrap())
+                    .await
+                    .unwrap();
+            }
             other => panic!("unexpected {other} in the chart's RBAC"),
         }
     }
@@ -113,7 +163,27 @@ async fn install(admin: &kube::Client, docs: &[Value]) {
 async fn operator_under(rbac: &[Value]) -> (ControlPlane, kube::Client, Operator) {
     let cp = ControlPlane::start_with_crds();
     let admin = cp.client(RELEASE_NS).await;
-    controlplane::create_namespace(&admin, RELEASE_NS).await;
+    let operator = operator_as(&cp, &admin, rbac, None).await;
+    (cp, admin, operator)
+}
+
+/// Installs `rbac` (the release namespace first) and starts the operator as the chart's
+/// ServiceAccount with a bound token, watching `watch` (`None`: every namespace).
+async fn operator_as(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    rbac: &[Value],
+    watch: Option<&str>,
+) -> Operator {
+    let admin = admin.clone();
+    if Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get_opt(RELEASE_NS)
+        .await
+        .unwrap()
+        .is_none()
+    {
+        controlplane::create_namespace(&admin, RELEASE_NS).await;
+    }
     install(&admin, rbac).await;
     let account = rbac[0]["metadata"]["name"].as_str().unwrap();
     let config = cp
@@ -129,8 +199,7 @@ async fn operator_under(rbac: &[Value]) -> (ControlPlane, kube::Client, Operator
         matches!(&refused, kube::Error::Api(s) if s.code == 403),
         "{refused}"
     );
-    let operator = Operator::spawn_with(&cp, &config, RELEASE_NS, false);
-    (cp, admin, operator)
+    Operator::spawn_watching(cp, &config, RELEASE_NS, watch)
 }
 
 async fn cluster_condition(
@@ -398,5 +467,79 @@ async fn without_patch_on_deployments_the_role_stalls_with_the_servers_refusal()
     assert!(
         operator.log_text().contains("cannot patch resource"),
         "the operator logs the refusal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_namespaced_rbac_runs_the_operator_in_its_namespace_alone() {
+    let cp = ControlPlane::start_with_crds();
+    let admin = cp.client(RELEASE_NS).await;
+    let ns = Ns::create(&admin, "apps", json!({})).await;
+    let elsewhere = Ns::create(&admin, "elsewhere", json!({})).await;
+    let rbac = chart_namespaced_rbac("apps");
+    let operator = operator_as(&cp, &admin, &rbac, Some("apps")).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("engine", 1, json!({})).await;
+    elsewhere.cluster(json!({"image": SIDECAR})).await;
+
+    // Everything the cluster-wide install does in its namespace, with Roles alone.
+    eventually("the role's Deployment", || async {
+        ns.get::<Deployment>("engine").await
+    })
+    .await;
+    eventually("the role's status", || async {
+        ns.role_condition("engine", "Ready").await
+    })
+    .await;
+    let stalled = eventually("the cluster's status", || async {
+        cluster_condition(&ns, "Stalled").await
+    })
+    .await;
+    assert_eq!(stalled.status, "False", "{stalled:?}");
+    assert!(ns.get::<RoleBinding>("demo-sigx-leases").await.is_some());
+    assert!(
+        !ns.events_for("demo", "SecretGenerated").await.is_empty(),
+        "Events are allowed"
+    );
+    let leader: Lease = Api::namespaced(admin.clone(), RELEASE_NS)
+        .get("sigx-operator")
+        .await
+        .expect("the operator's leader Lease, under its own namespace's Role");
+    assert_eq!(
+        leader.spec.unwrap().holder_identity.as_deref(),
+        Some("op-a")
+    );
+    // No grant reaches past the namespace: the token may not read ActorClusters elsewhere, and
+    // the cluster there is left alone.
+    let config = cp
+        .service_account_kubeconfig(&admin, RELEASE_NS, "sigx-operator", RELEASE_NS)
+        .await;
+    let as_operator = ControlPlane::client_from(&config).await;
+    let refused = Api::<ActorCluster>::namespaced(as_operator, "elsewhere")
+        .list(&ListParams::default())
+        .await
+        .expect_err("no grant outside the watched namespace");
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 403),
+        "{refused}"
+    );
+    let untouched = elsewhere.get::<ActorCluster>("demo").await.unwrap();
+    assert!(untouched.status.is_none(), "{:?}", untouched.status);
+    assert!(elsewhere.get::<ServiceAccount>("demo-sigx").await.is_none());
+    drop(operator);
+
+    // Broken variant: the same Roles, the operator watching every namespace. Its cluster-wide
+    // list is refused: it reconciles nothing (a new role gets no Deployment) and says why.
+    let operator = Operator::spawn_watching(&cp, &config, RELEASE_NS, None);
+    ns.role("billing", 1, json!({})).await;
+    eventually("the refused cluster-wide watch in the log", || async {
+        let log = operator.log_text();
+        (log.contains("forbidden") && log.contains("actorclusters")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        ns.get::<Deployment>("billing").await.is_none(),
+        "reconciled without a grant"
     );
 }

@@ -68,3 +68,65 @@ app.kubernetes.io/component: operator
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/* The operator's permissions, rule by rule (see the chart README): the ClusterRole's with
+rbac.scope=cluster, the watched namespace's Role with rbac.scope=namespace. */}}
+{{- define "sigx.operatorRules" -}}
+# Watch the two kinds it reconciles (it never writes their spec or metadata).
+- apiGroups: ["actors.sigx.dev"]
+  resources: ["actorclusters", "actorroles"]
+  verbs: ["get", "list", "watch"]
+# Write their status (server-side apply on the status subresource: a PATCH).
+- apiGroups: ["actors.sigx.dev"]
+  resources: ["actorclusters/status", "actorroles/status"]
+  verbs: ["patch"]
+# Set blockOwnerDeletion on owner references to them.
+- apiGroups: ["actors.sigx.dev"]
+  resources: ["actorclusters/finalizers", "actorroles/finalizers"]
+  verbs: ["update"]
+# The rendered workload of each role, and the sidecars' identity and Lease-only permissions
+# per cluster: read (to refuse an object sigx did not make) and server-side apply (a PATCH,
+# which needs create too when the object is new). No update, no delete: the garbage
+# collector removes them with their owners.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# delete: a role's binding of its own ServiceAccount, once its template stops naming one.
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["rolebindings"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Generated cluster secrets: created once, their data never rewritten; referenced ones are
+# only read. patch: only the generated Secret's ownerReferences (its cluster and the roles that
+# co-own it, so a re-created cluster adopts it). No delete: the garbage collector removes it
+# once its cluster and its last role are gone.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# Leases: read to aggregate cluster status; the sidecars' verbs because Kubernetes lets the
+# operator grant (in the per-cluster Role) only what it holds itself; patch for its own
+# leader-election Lease.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
+# Events for notable changes.
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/* rbac.scope, checked: "namespace" needs the one namespace it grants in. */}}
+{{- define "sigx.rbacScope" -}}
+{{- if and (eq .Values.rbac.scope "namespace") (not .Values.watchNamespace) }}
+{{- fail "rbac.scope=namespace grants the operator a Role in one namespace: set watchNamespace to the namespace of your ActorClusters (or use rbac.scope=cluster)" }}
+{{- end }}
+{{- .Values.rbac.scope }}
+{{- end }}
