@@ -10,6 +10,10 @@
 //! - `Ready` on a role means a completed rollout, and refusals — a template the API rejects,
 //!   pods a Pod Security level rejects — reach the role as conditions with the server's message.
 //!
+//! - a change from the cluster (here its sidecar image, as an operator upgrade brings) rolls its
+//!   roles one at a time, in name order, each waiting for the one before to complete, while a
+//!   change to a role itself rolls at once.
+//!
 //! Each test starts its own control plane and operator (watching every namespace). Needs `make controlplane` and `cargo build --workspace --bins`.
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -317,18 +321,7 @@ async fn ready_means_the_rollout_completed(client: &kube::Client) {
 
     // The test plays the kubelet (pods Running and Ready): the rollout completes, and the role
     // waits for its hosts; then it plays the sidecars (one Lease per host): Ready turns True.
-    for pod in ns.pods_of("engine").await {
-        let ready = json!({"status": {"phase": "Running", "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
-        ns.api::<Pod>()
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&ready),
-            )
-            .await
-            .unwrap();
-    }
+    pods_ready(&ns, "engine").await;
     eventually("engine to wait for its hosts after the rollout", || async {
         ns.role_condition("engine", "Ready")
             .await
@@ -428,4 +421,136 @@ async fn a_namespace_with_a_resource_quota_admits_the_pods() {
 async fn role_status_reports_rollouts_and_refusals() {
     let (_cp, client, _operator) = start_in_ops().await;
     ready_means_the_rollout_completed(&client).await;
+}
+
+/// Plays the kubelet for `role`'s pods: each Running and Ready.
+async fn pods_ready(ns: &Ns, role: &str) {
+    let ready = json!({"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    for pod in ns.pods_of(role).await {
+        let _ = ns
+            .api::<Pod>()
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&ready),
+            )
+            .await;
+    }
+}
+
+/// The sidecar image in `role`'s Deployment.
+async fn sidecar_image(ns: &Ns, role: &str) -> Option<String> {
+    let d: Deployment = ns.get(role).await?;
+    d.spec
+        .template
+        .spec?
+        .init_containers?
+        .into_iter()
+        .find(|c| c.name == "sigx-sidecar")?
+        .image
+}
+
+/// Plays the kubelet until `role`'s rollout completes (every pod updated and available).
+async fn complete_rollout(ns: &Ns, role: &str) {
+    eventually(&format!("{role}'s rollout to complete"), || async {
+        pods_ready(ns, role).await;
+        let d: Deployment = ns.get(role).await?;
+        let s = d.status?;
+        let want = d.spec.replicas.unwrap_or(1);
+        (s.observed_generation >= d.metadata.generation
+            && s.updated_replicas == Some(want)
+            && s.replicas == Some(want)
+            && s.available_replicas == Some(want))
+        .then_some(())
+    })
+    .await;
+}
+
+async fn set_cluster_image(ns: &Ns, image: &str) {
+    ns.api::<ActorCluster>()
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"sidecar": {"image": image}}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn cluster_changes_roll_one_role_at_a_time(client: &kube::Client) {
+    let ns = Ns::create(client, "pacing", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("a-web", 1, json!({})).await;
+    ns.role("b-engine", 1, json!({})).await;
+    complete_rollout(&ns, "a-web").await;
+    complete_rollout(&ns, "b-engine").await;
+
+    // The cluster's image moves: a-web rolls first, b-engine holds the old template and says why.
+    set_cluster_image(&ns, "ghcr.io/sigx/sidecar:0.2.0").await;
+    eventually("a-web to roll to the new image", || async {
+        (sidecar_image(&ns, "a-web").await? == "ghcr.io/sigx/sidecar:0.2.0").then_some(())
+    })
+    .await;
+    let paced = eventually("b-engine to say its roll waits for a-web", || async {
+        ns.role_condition("b-engine", "Ready")
+            .await
+            .filter(|c| c.reason == "RollPaced")
+    })
+    .await;
+    assert!(
+        paced.message.contains("a-web") && paced.message.contains("one at a time"),
+        "{paced:?}"
+    );
+    let reconciling = ns.role_condition("b-engine", "Reconciling").await.unwrap();
+    assert_eq!(reconciling.status, "True", "{reconciling:?}");
+    // Past a few of its rechecks, while a-web's new pod is not available: still held.
+    tokio::time::sleep(std::time::Duration::from_secs(7)).await;
+    assert_eq!(
+        sidecar_image(&ns, "b-engine").await.as_deref(),
+        Some(SIDECAR),
+        "b-engine rolled while a-web was still rolling"
+    );
+
+    // a-web's rollout completes: b-engine's turn.
+    complete_rollout(&ns, "a-web").await;
+    eventually("b-engine to roll once a-web completed", || async {
+        (sidecar_image(&ns, "b-engine").await? == "ghcr.io/sigx/sidecar:0.2.0").then_some(())
+    })
+    .await;
+    complete_rollout(&ns, "b-engine").await;
+
+    // A change to a role itself is not paced: b-engine's own edit rolls at once, although the
+    // cluster's next change has a-web rolling.
+    set_cluster_image(&ns, "ghcr.io/sigx/sidecar:0.3.0").await;
+    eventually("a-web to roll to 0.3.0", || async {
+        (sidecar_image(&ns, "a-web").await? == "ghcr.io/sigx/sidecar:0.3.0").then_some(())
+    })
+    .await;
+    eventually("b-engine held again", || async {
+        ns.role_condition("b-engine", "Ready")
+            .await
+            .filter(|c| c.reason == "RollPaced")
+    })
+    .await;
+    ns.api::<ActorRole>()
+        .patch(
+            "b-engine",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"tier": "2"}}}}})),
+        )
+        .await
+        .unwrap();
+    eventually("b-engine's own edit to roll at once", || async {
+        let d: Deployment = ns.get("b-engine").await?;
+        let labels = d.spec.template.metadata?.labels?;
+        (labels.get("tier").map(String::as_str) == Some("2")).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_change_rolls_its_roles_one_at_a_time() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    cluster_changes_roll_one_role_at_a_time(&client).await;
 }

@@ -11,6 +11,7 @@
 //! when something the status shows changed — not on every heartbeat.
 
 pub mod cluster;
+mod pacing;
 pub mod role;
 mod role_status;
 mod secret;
@@ -75,22 +76,56 @@ impl Context {
             + Serialize
             + DeserializeOwned,
     {
+        let live = self.live_of(namespace, obj).await?;
+        self.apply_over(namespace, obj, live.as_ref()).await
+    }
+
+    /// The live object of `obj`'s name, if sigx made it (one without sigx's managed-by label
+    /// is refused as [`ReconcileError::NotOurs`]): the first half of [`Context::apply`], for a
+    /// caller that decides from the live object whether to apply.
+    pub(crate) async fn live_of<K>(
+        &self,
+        namespace: &str,
+        obj: &K,
+    ) -> Result<Option<K>, ReconcileError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
         let name = obj.name_any();
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
         let what = format!("{} {namespace}/{name}", K::kind(&()));
-        let read = |what: String| {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                api.get_opt(&name)
-                    .await
-                    .map_err(ReconcileError::kube("reading", what))
-            }
-        };
-        let live = read(what.clone()).await?;
+        let live = api
+            .get_opt(&name)
+            .await
+            .map_err(ReconcileError::kube("reading", what.clone()))?;
         if let Some(live) = live.as_ref().filter(|l| !made_by_sigx(l.meta())) {
             return Err(self.not_ours(what, live.meta()));
         }
+        Ok(live)
+    }
+
+    /// The second half of [`Context::apply`]: applies `obj` over `live` as [`Context::live_of`]
+    /// read it (with force onto sigx's own object, without onto none).
+    pub(crate) async fn apply_over<K>(
+        &self,
+        namespace: &str,
+        obj: &K,
+        live: Option<&K>,
+    ) -> Result<K, ReconcileError>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + Debug
+            + Serialize
+            + DeserializeOwned,
+    {
+        let name = obj.name_any();
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        let what = format!("{} {namespace}/{name}", K::kind(&()));
         let mut params = PatchParams::apply(&self.field_manager);
         if live.is_some() {
             params = params.force();
@@ -98,8 +133,8 @@ impl Context {
         match api.patch(&name, &params, &Patch::Apply(obj)).await {
             Err(kube::Error::Api(s)) if s.code == 409 && live.is_none() => {
                 // Made by someone else since the read.
-                let meta = read(what.clone()).await?.map(|l| l.meta().clone());
-                Err(self.not_ours(what, &meta.unwrap_or_default()))
+                let meta = self.live_of(namespace, obj).await.err();
+                Err(meta.unwrap_or_else(|| self.not_ours(what, &Default::default())))
             }
             done => done.map_err(ReconcileError::kube("applying", what)),
         }

@@ -24,6 +24,8 @@ const KIND: &str = "ActorRole";
 /// How long to wait before looking again for a cluster that does not exist yet (its creation
 /// also triggers the role directly).
 const MISSING_CLUSTER_RECHECK: Duration = Duration::from_secs(60);
+/// How soon a role whose roll is paced looks again whether its turn has come.
+const PACED_RECHECK: Duration = Duration::from_secs(5);
 
 /// Reconciles one ActorRole.
 pub async fn reconcile(role: Arc<ActorRole>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -130,7 +132,25 @@ async fn reconcile_inner(
     if let Err(e) = sync_role_binding(ctx, role, namespace, name, binding.as_ref()).await {
         return Err(refused(ctx, role, &observed_before, &previous, e, &now).await);
     }
-    let applied = match ctx.apply(namespace, &deployment).await {
+    let live = match ctx.live_of(namespace, &deployment).await {
+        Ok(live) => live,
+        Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
+    };
+    let paced = match super::pacing::hold(ctx, &cluster, role, &deployment, live.as_ref()).await {
+        Ok(paced) => paced,
+        Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
+    };
+    if let (Some(why), Some(live)) = (paced, live.as_ref()) {
+        // Its turn comes when the rolling role's Deployment completes, which this role's
+        // controller does not watch: look again shortly.
+        info!(why = %why, "roll paced");
+        let mut observed = RoleObservation::of(live, hosts);
+        observed.paced = Some(why);
+        let status = role_status(role, &observed, Some(selector), None, &now);
+        write_status(ctx, role, namespace, name, status).await?;
+        return Ok(Action::requeue(PACED_RECHECK));
+    }
+    let applied = match ctx.apply_over(namespace, &deployment, live.as_ref()).await {
         Ok(d) => d,
         Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
     };

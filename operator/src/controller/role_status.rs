@@ -32,6 +32,9 @@ pub struct RoleObservation {
     pub replica_failure: Option<(String, String)>,
     /// The `Progressing` condition's message when it is False with `ProgressDeadlineExceeded`.
     pub deadline_exceeded: Option<String>,
+    /// Why the role's new pod template waits for another role of its cluster to roll first
+    /// (pacing.rs); the Deployment still has the old one.
+    pub paced: Option<String>,
 }
 
 impl RoleObservation {
@@ -62,6 +65,7 @@ impl RoleObservation {
             deadline_exceeded: find("Progressing", "False")
                 .filter(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
                 .map(|c| c.message.unwrap_or_default()),
+            paced: None,
         }
     }
 }
@@ -92,6 +96,9 @@ fn verdict(
             "ProgressDeadlineExceeded".into(),
             message.clone(),
         );
+    }
+    if let Some(message) = &o.paced {
+        return (false, true, false, "RollPaced".into(), message.clone());
     }
     if o.generation.is_none() || o.observed_generation < o.generation {
         return (
@@ -249,6 +256,7 @@ mod tests {
             observed_generation: Some(2),
             replica_failure: None,
             deadline_exceeded: None,
+            paced: None,
         }
     }
 
@@ -333,6 +341,20 @@ mod tests {
             ..done(3)
         };
         check(late, "False", "ProgressDeadlineExceeded");
+        // A roll held for another role's: in progress, not Ready, not stalled.
+        let paced = RoleObservation {
+            paced: Some("waiting for role web".into()),
+            ..done(3)
+        };
+        let s = role_status(&role(3), &paced, None, None, &now());
+        let ready = get(&s, "Ready");
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "RollPaced")
+        );
+        assert_eq!(ready.message, "waiting for role web");
+        assert_eq!(get(&s, "Reconciling").status, "True");
+        assert_eq!(get(&s, "Stalled").status, "False");
         let p = role_status(
             &role(3),
             &done(3),

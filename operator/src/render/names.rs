@@ -54,3 +54,18 @@ pub fn selector(cluster: &str, role: &str) -> BTreeMap<String, String> {
         (labels::ROLE.to_owned(), role.to_owned()),
     ])
 }
+
+/// Annotation on a role's Deployment: a digest of the pod template the operator rendered, so a
+/// change that would roll the role's pods is seen without comparing the live template, which
+/// the API server fills with defaults (controller/pacing.rs paces such rolls across roles).
+pub const TEMPLATE_HASH: &str = "actors.sigx.dev/template-hash";
+
+/// The [`TEMPLATE_HASH`] value of `template`: the first 16 hex digits of the SHA-256 of its JSON
+/// (fields in declaration order, maps sorted: the same template gives the same digest in every
+/// operator process).
+pub fn template_hash(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> String {
+    use sha2::Digest;
+    let json = serde_json::to_vec(template).expect("a pod template serializes");
+    let digest = sha2::Sha256::digest(&json);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}

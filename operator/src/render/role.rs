@@ -239,13 +239,18 @@ pub fn deployment(cluster: &ActorCluster, role: &ActorRole) -> Result<Deployment
         names::MANAGED_BY.to_owned(),
         labels::MANAGED_BY_VALUE.to_owned(),
     );
+    let mut metadata = owned_meta(
+        names::deployment(&role_name),
+        namespace,
+        deploy_labels,
+        owner_ref(role, KIND)?,
+    );
+    metadata.annotations = Some(BTreeMap::from([(
+        names::TEMPLATE_HASH.to_owned(),
+        names::template_hash(&template),
+    )]));
     Ok(Deployment {
-        metadata: owned_meta(
-            names::deployment(&role_name),
-            namespace,
-            deploy_labels,
-            owner_ref(role, KIND)?,
-        ),
+        metadata,
         spec: DeploymentSpec {
             replicas: Some(role.spec.replicas),
             selector: LabelSelector {

@@ -650,3 +650,26 @@ fn the_sidecar_image_is_the_roles_else_the_clusters_else_the_operators_release()
         "mirror.example/sigx/sidecar:0.2.0"
     );
 }
+
+#[test]
+fn the_template_hash_moves_with_the_pod_template_and_only_with_it() {
+    let hash =
+        |d: &Deployment| d.metadata.annotations.as_ref().unwrap()[names::TEMPLATE_HASH].clone();
+    let base = engine();
+    assert_eq!(hash(&base).len(), 16);
+    assert_eq!(
+        hash(&base),
+        hash(&engine()),
+        "the same spec, the same digest"
+    );
+    assert_eq!(hash(&base), names::template_hash(&base.spec.template));
+    // Replicas and rollout settings change the Deployment, not its pods.
+    let mut role = fixtures::engine_role();
+    role.spec.replicas = 7;
+    let scaled = deployment(&fixtures::default_cluster(), &role).unwrap();
+    assert_eq!(hash(&scaled), hash(&base));
+    // A cluster-wide change (the sidecar image) rolls the pods: a new digest.
+    let cluster = fixtures::cluster(json!({"sidecar": {"image": "ghcr.io/sigx/sidecar:0.2.0"}}));
+    let upgraded = deployment(&cluster, &fixtures::engine_role()).unwrap();
+    assert_ne!(hash(&upgraded), hash(&base));
+}
