@@ -255,14 +255,10 @@ async fn sidecar(
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_charts_rbac_runs_the_operator_and_the_rendered_role_runs_the_sidecar() {
-    let (cp, admin, operator) = operator_under(&chart_rbac()).await;
-    let ns = Ns::create(&admin, "apps", json!({})).await;
-    ns.cluster(json!({"image": SIDECAR})).await;
-    ns.role("engine", 1, json!({})).await;
-
-    // The operator's writes, each allowed by the chart's ClusterRole.
+/// Waits for and checks what the operator writes for cluster `demo` and role `engine` in `ns`:
+/// the Deployment, both statuses, the generated Secret, the Lease RoleBinding, an Event, and its
+/// own leader Lease in the release namespace.
+async fn the_operator_reconciled(ns: &Ns, admin: &kube::Client) {
     let deployment = eventually("the role's Deployment", || async {
         ns.get::<Deployment>("engine").await
     })
@@ -276,11 +272,11 @@ async fn the_charts_rbac_runs_the_operator_and_the_rendered_role_runs_the_sideca
     })
     .await;
     let stalled = eventually("the cluster's status", || async {
-        cluster_condition(&ns, "Stalled").await
+        cluster_condition(ns, "Stalled").await
     })
     .await;
     assert_eq!(stalled.status, "False", "{stalled:?}");
-    let secret = cluster_condition(&ns, "SecretReady").await.unwrap();
+    let secret = cluster_condition(ns, "SecretReady").await.unwrap();
     assert_eq!(
         (secret.status.as_str(), secret.reason.as_str()),
         ("True", "Generated")
@@ -299,6 +295,17 @@ async fn the_charts_rbac_runs_the_operator_and_the_rendered_role_runs_the_sideca
         leader.spec.unwrap().holder_identity.as_deref(),
         Some("op-a")
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_charts_rbac_runs_the_operator_and_the_rendered_role_runs_the_sidecar() {
+    let (cp, admin, operator) = operator_under(&chart_rbac()).await;
+    let ns = Ns::create(&admin, "apps", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("engine", 1, json!({})).await;
+
+    // The operator's writes, each allowed by the chart's ClusterRole.
+    the_operator_reconciled(&ns, &admin).await;
 
     // A role whose template names its own account: the operator binds the Lease Role to it,
     // and deletes that binding once the template stops naming it (delete on rolebindings).
@@ -483,32 +490,7 @@ async fn the_charts_namespaced_rbac_runs_the_operator_in_its_namespace_alone() {
     elsewhere.cluster(json!({"image": SIDECAR})).await;
 
     // Everything the cluster-wide install does in its namespace, with Roles alone.
-    eventually("the role's Deployment", || async {
-        ns.get::<Deployment>("engine").await
-    })
-    .await;
-    eventually("the role's status", || async {
-        ns.role_condition("engine", "Ready").await
-    })
-    .await;
-    let stalled = eventually("the cluster's status", || async {
-        cluster_condition(&ns, "Stalled").await
-    })
-    .await;
-    assert_eq!(stalled.status, "False", "{stalled:?}");
-    assert!(ns.get::<RoleBinding>("demo-sigx-leases").await.is_some());
-    assert!(
-        !ns.events_for("demo", "SecretGenerated").await.is_empty(),
-        "Events are allowed"
-    );
-    let leader: Lease = Api::namespaced(admin.clone(), RELEASE_NS)
-        .get("sigx-operator")
-        .await
-        .expect("the operator's leader Lease, under its own namespace's Role");
-    assert_eq!(
-        leader.spec.unwrap().holder_identity.as_deref(),
-        Some("op-a")
-    );
+    the_operator_reconciled(&ns, &admin).await;
     // No grant reaches past the namespace: the token may not read ActorClusters elsewhere, and
     // the cluster there is left alone.
     let config = cp

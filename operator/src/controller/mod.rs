@@ -39,6 +39,25 @@ use crate::error::ReconcileError;
 use crate::fleet::{DESCRIPTOR_ANNOTATION, MembershipVersions, RenewTracker};
 use crate::metrics::Metrics;
 
+/// A namespaced kind the operator reads and server-side applies.
+pub(crate) trait Applied:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+{
+}
+
+impl<K> Applied for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+{
+}
+
 /// Everything a reconciliation needs.
 pub struct Context {
     pub client: Client,
@@ -70,11 +89,7 @@ impl Context {
     /// between conflicts rather than being adopted.
     pub(crate) async fn apply<K>(&self, namespace: &str, obj: &K) -> Result<K, ReconcileError>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Applied,
     {
         let live = self.live_of(namespace, obj).await?;
         self.apply_over(namespace, obj, live.as_ref()).await
@@ -89,11 +104,7 @@ impl Context {
         obj: &K,
     ) -> Result<Option<K>, ReconcileError>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Applied,
     {
         let name = obj.name_any();
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
@@ -117,11 +128,7 @@ impl Context {
         live: Option<&K>,
     ) -> Result<K, ReconcileError>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + Debug
-            + Serialize
-            + DeserializeOwned,
+        K: Applied,
     {
         let name = obj.name_any();
         let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
