@@ -802,6 +802,20 @@ impl Runtime {
         tokio::time::timeout_at(deadline, quiet).await.is_ok() && self.is_quiet()
     }
 
+    /// The activation `activation_id` of `actor` while its task runs (registered by its
+    /// [`Lifecycle`]), in the routing table or not: what a turn's state reads and timers use.
+    pub(crate) fn running_activation(
+        &self,
+        actor: &ActorId,
+        activation_id: &str,
+    ) -> Option<Arc<activation::Shared>> {
+        let running = self.inner.running.lock().expect("running lock");
+        match running.get(activation_id) {
+            Some((a, shared)) if a == actor => Some(shared.clone()),
+            _ => None,
+        }
+    }
+
     /// Activation tasks still running (claimed and not yet released).
     pub fn lifecycles(&self) -> u64 {
         *self.inner.lifecycles.borrow()

@@ -144,10 +144,9 @@ impl Runtime {
     /// every activation out of the table at once, while some still run their Activate or last
     /// turns, which may read state; so does an ending one's Deactivate).
     fn live(&self, actor: &ActorId, activation_id: &str) -> Result<Arc<Shared>, ActorError> {
-        let running = self.inner.running.lock().expect("running lock");
-        match running.get(activation_id) {
-            Some((a, shared)) if a == actor => Ok(shared.clone()),
-            _ => Err(ActorError::invalid(format!(
+        match self.running_activation(actor, activation_id) {
+            Some(shared) => Ok(shared),
+            None => Err(ActorError::invalid(format!(
                 "no live activation {activation_id:?} of {actor} on this host: state is read \
                  from inside a turn, with the turn's activation id and epoch"
             ))),

@@ -191,11 +191,8 @@ impl Runtime {
         activation_id: &str,
     ) -> Result<Arc<Shared>, ActorError> {
         self.inner.gate.check_serving()?;
-        let running = self.inner.running.lock().expect("running lock");
-        match running.get(activation_id) {
-            Some((a, shared)) if a == actor => Ok(shared.clone()),
-            _ => Err(not_live(self, actor, activation_id)),
-        }
+        self.running_activation(actor, activation_id)
+            .ok_or_else(|| not_live(self, actor, activation_id))
     }
 
     /// Sets (or replaces, by name) a timer of the live activation `activation_id` of `actor`.
