@@ -228,6 +228,7 @@ impl Default for MembershipSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("!(has(self.secretRef) && has(self.insecure) && self.insecure == true)").message("auth: set either secretRef or insecure: true, not both (set neither to have the operator generate a secret)").reason(Reason::FieldValueForbidden))]
 #[x_kube(validation = Rule::new("!(has(self.acceptSecretRef) && has(self.insecure) && self.insecure == true)").message("auth.acceptSecretRef is a second secret accepted during a rotation: it needs a secret to sign with (secretRef, or the generated one), not insecure: true").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!(has(self.acceptUnsigned) && self.acceptUnsigned == true && has(self.insecure) && self.insecure == true)").message("auth.acceptUnsigned: true means: sign with the secret and also accept unsigned requests, the middle step of a switch between insecure and a secret; it needs a secret to sign with (secretRef, or the generated one), not insecure: true").reason(Reason::FieldValueForbidden))]
 pub struct AuthSpec {
     /// An existing Secret holding the cluster secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -242,6 +243,14 @@ pub struct AuthSpec {
     /// Run without host authentication. Must be written out as `true`; never a default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub insecure: Option<bool>,
+    /// Sign every mesh request with the secret and also accept requests that carry no MAC: the
+    /// middle step of switching a running cluster between `insecure: true` and a secret, set
+    /// only for that switch (README, "Switching between insecure and a secret"). To add a
+    /// secret: replace `insecure: true` with this (a roll), then remove it (a second roll). To
+    /// drop the secret: set this (a roll), then replace it with `insecure: true`. Start each
+    /// step once the previous roll finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accept_unsigned: Option<bool>,
 }
 
 /// Which of the three auth modes a spec selects.
@@ -258,7 +267,7 @@ pub enum AuthMode<'a> {
 /// A spec that selects more than one auth mode (only reachable when the schema was bypassed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "auth sets secretRef or acceptSecretRef together with insecure: true; choose one (or neither for a generated secret)"
+    "auth sets secretRef, acceptSecretRef or acceptUnsigned together with insecure: true; choose one (or neither for a generated secret)"
 )]
 pub struct ConflictingAuth;
 
@@ -266,7 +275,7 @@ impl AuthSpec {
     /// The selected mode; refuses the conflicting spec the CEL rule refuses.
     pub fn mode(&self) -> Result<AuthMode<'_>, ConflictingAuth> {
         let insecure = self.insecure.unwrap_or(false);
-        if insecure && self.accept_secret_ref.is_some() {
+        if insecure && (self.accept_secret_ref.is_some() || self.accept_unsigned == Some(true)) {
             return Err(ConflictingAuth);
         }
         match (&self.secret_ref, insecure) {
@@ -601,6 +610,7 @@ mod tests {
                 secret_ref,
                 insecure,
                 accept_secret_ref: None,
+                accept_unsigned: None,
             }
             .mode()
             .map(|m| format!("{m:?}"))
@@ -619,10 +629,20 @@ mod tests {
             secret_ref,
             insecure,
             accept_secret_ref: Some(r.clone()),
+            accept_unsigned: None,
         };
         assert!(rotating(Some(r.clone()), None).mode().is_ok());
         assert_eq!(rotating(None, None).mode(), Ok(AuthMode::Generated));
         assert_eq!(rotating(None, Some(true)).mode(), Err(ConflictingAuth));
+        // Accepting unsigned requests goes with a secret too, never with insecure.
+        let switching = |insecure| AuthSpec {
+            insecure,
+            accept_unsigned: Some(true),
+            ..AuthSpec::default()
+        };
+        assert_eq!(switching(None).mode(), Ok(AuthMode::Generated));
+        assert_eq!(switching(Some(false)).mode(), Ok(AuthMode::Generated));
+        assert_eq!(switching(Some(true)).mode(), Err(ConflictingAuth));
     }
 
     #[test]

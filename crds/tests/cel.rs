@@ -199,6 +199,36 @@ fn cases() -> Vec<Case> {
             ),
             "needs a secret to sign with",
         ),
+        accept(
+            "a switch to a secret: acceptUnsigned with the generated secret",
+            "actorclusters",
+            cluster("demo", json!({"auth": {"acceptUnsigned": true}})),
+        ),
+        accept(
+            "a switch back: acceptUnsigned with secretRef",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"auth": {"secretRef": secret_ref, "acceptUnsigned": true}}),
+            ),
+        ),
+        accept(
+            "acceptUnsigned: false with insecure: true",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"auth": {"acceptUnsigned": false, "insecure": true}}),
+            ),
+        ),
+        refuse(
+            "acceptUnsigned and insecure: true",
+            "actorclusters",
+            cluster(
+                "demo",
+                json!({"auth": {"acceptUnsigned": true, "insecure": true}}),
+            ),
+            "it needs a secret to sign with",
+        ),
         // --- ActorCluster: the state store ---
         accept(
             "postgres with the DSN's Secret",
@@ -371,7 +401,7 @@ fn mutate(mut schema: Value, from: &str, to: &str) -> Value {
 fn broken_variants_of_each_rule_are_caught() {
     let clusters = schema("actorclusters");
     let roles = schema("actorroles");
-    let broken: [(&str, &str, &str); 10] = [
+    let broken: [(&str, &str, &str); 11] = [
         (
             "actorclusters",
             "self.kind != 'postgres' || has(self.secretRef)",
@@ -403,6 +433,11 @@ fn broken_variants_of_each_rule_are_caught() {
             "actorclusters",
             "!(has(self.acceptSecretRef) && has(self.insecure) && self.insecure == true)",
             "true",
+        ),
+        (
+            "actorclusters",
+            "!(has(self.acceptUnsigned) && self.acceptUnsigned == true && has(self.insecure) && self.insecure == true)",
+            "!(has(self.acceptUnsigned) && has(self.insecure) && self.insecure == true)",
         ),
         (
             "actorclusters",
@@ -477,7 +512,7 @@ fn every_rule_compiles_stays_in_scope_and_within_the_cost_budget() {
         }
     }
     assert_eq!(
-        seen, 10,
+        seen, 11,
         "the number of CEL rules changed: extend the tables above"
     );
 }

@@ -4,7 +4,9 @@
 //! then `name:value` header lines, then optionally a `cert:` line of URI SANs), checked by the
 //! [`Verifier`]; whatever it accepts must carry the exact MAC the secret signs for that peer,
 //! timestamp and path, inside the window, from a known peer (and, with bit 1 set, on a
-//! connection whose certificate binds the peer). Odd: `peer\nts\npath\n` then a mutation (two
+//! connection whose certificate binds the peer); with bit 2 set the verifier also accepts
+//! unsigned requests (`--accept-unsigned`), and then only a request with no MAC header at all
+//! may skip the MAC rules. Odd: `peer\nts\npath\n` then a mutation (two
 //! bytes of position, one of XOR): a host id the sidecar's configuration accepts must read
 //! back from the signed headers,
 //! what [`MeshAuth::sign_headers`] signs (for a peer id that reads back, in the window) must
@@ -34,9 +36,15 @@ impl KnownPeers for AllButStranger {
     }
 }
 
-fn verifier(cert: bool) -> Verifier {
+fn verifier(cert: bool, unsigned: bool) -> Verifier {
+    let secret = MeshSecret::new(SECRET).expect("a non-blank secret");
+    let secret = if unsigned {
+        secret.accepting_unsigned()
+    } else {
+        secret
+    };
     let v = Verifier::new(
-        MeshAuth::Secret(MeshSecret::new(SECRET).expect("a non-blank secret")),
+        MeshAuth::Secret(secret),
         Arc::new(FixedClock),
         DEFAULT_WINDOW,
         Arc::new(AllButStranger),
@@ -58,13 +66,13 @@ pub fn mesh_auth(data: &[u8]) {
         return;
     };
     if mode & 1 == 0 {
-        as_sent(mode & 2 != 0, rest);
+        as_sent(mode & 2 != 0, mode & 4 != 0, rest);
     } else {
         sign_then_mutate(rest);
     }
 }
 
-fn as_sent(cert: bool, data: &[u8]) {
+fn as_sent(cert: bool, unsigned: bool, data: &[u8]) {
     let mut lines = data.split(|&b| b == b'\n');
     let path = String::from_utf8_lossy(lines.next().unwrap_or_default()).into_owned();
     let mut headers = HeaderMap::new();
@@ -80,18 +88,23 @@ fn as_sent(cert: bool, data: &[u8]) {
             headers.append(n, v);
         }
     }
-    let Ok(peer) = verifier(cert).verify_conn(&headers, &path, uris.as_deref()) else {
+    let Ok(peer) = verifier(cert, unsigned).verify_conn(&headers, &path, uris.as_deref()) else {
         return;
     };
-    let ts: i64 = headers[TS_HEADER].to_str().unwrap().parse().unwrap();
-    let secret = MeshSecret::new(SECRET).unwrap();
-    assert_eq!(
-        headers[MAC_HEADER].as_bytes(),
-        secret.sign(&peer, ts, &path).as_bytes(),
-        "accepted a MAC the secret did not sign"
-    );
+    match headers.get(MAC_HEADER) {
+        None => assert!(unsigned, "accepted a request without a MAC"),
+        Some(mac) => {
+            let ts: i64 = headers[TS_HEADER].to_str().unwrap().parse().unwrap();
+            let secret = MeshSecret::new(SECRET).unwrap();
+            assert_eq!(
+                mac.as_bytes(),
+                secret.sign(&peer, ts, &path).as_bytes(),
+                "accepted a MAC the secret did not sign"
+            );
+            assert!(in_window(ts), "accepted a timestamp outside the window");
+        }
+    }
     assert_eq!(headers[PEER_HEADER].to_str().unwrap(), peer);
-    assert!(in_window(ts), "accepted a timestamp outside the window");
     assert_ne!(peer, STRANGER, "accepted a peer the view does not know");
     if cert {
         assert!(
@@ -123,7 +136,7 @@ fn sign_then_mutate(data: &[u8]) {
     let auth = MeshAuth::Secret(MeshSecret::new(SECRET).unwrap());
     let mut signed = HeaderMap::new();
     auth.sign_headers(&peer, ts, &path, &mut signed);
-    let v = verifier(false);
+    let v = verifier(false, false);
     let verdict = v.verify(&signed, &path);
     // What a peer reads back as the signer's id (only text; config refuses ids that are not).
     let readable = !peer.is_empty()

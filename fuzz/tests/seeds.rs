@@ -63,6 +63,17 @@ fn mesh_auth() {
         "unsigned",
         format!("\x00{PATH}\nsigx-peer:host-a"),
     );
+    // A verifier that also accepts unsigned requests (`--accept-unsigned`, bit 2).
+    write(
+        "mesh_auth",
+        "unsigned-accepted",
+        format!("\x04{PATH}\nsigx-peer:host-a"),
+    );
+    write(
+        "mesh_auth",
+        "signed-accepting-unsigned",
+        format!("\x06{signed}\ncert:spiffe://fuzz/host/host-a"),
+    );
     write(
         "mesh_auth",
         "mutate-mac",

@@ -152,6 +152,13 @@ pub struct Args {
     #[arg(long, env = "SIGX_SECRET_ACCEPT_FILE")]
     pub secret_accept_file: Option<PathBuf>,
 
+    /// With a secret: sign every mesh request, and also accept requests that carry no MAC. Only
+    /// for the middle step of switching a running cluster between --insecure and a secret
+    /// (README, "Switching between insecure and a secret"): hosts on either side of the switch
+    /// meet hosts in this mode without a refusal. Needs a secret.
+    #[arg(long, env = "SIGX_ACCEPT_UNSIGNED")]
+    pub accept_unsigned: bool,
+
     /// Run the mesh without authentication. A claim you make in writing: only for a mesh no
     /// untrusted caller can reach.
     #[arg(long, env = "SIGX_INSECURE")]
@@ -329,6 +336,13 @@ pub enum ConfigError {
          unset SIGX_SECRET_ACCEPT_FILE"
     )]
     AcceptWithoutSecret,
+    #[error(
+        "SIGX_ACCEPT_UNSIGNED is set but the mesh has no secret: it means \"sign with the secret, \
+         and also accept requests without a MAC\", the middle step of switching between \
+         --insecure and a secret; set SIGX_SECRET_FILE too, or unset SIGX_ACCEPT_UNSIGNED \
+         (--insecure alone accepts every request already)"
+    )]
+    AcceptUnsignedWithoutSecret,
     #[error("{0} is required with --membership kubernetes (set it from the downward API)")]
     MissingPodIdentity(&'static str),
     #[error("SIGX_SQLITE_PATH={path:?}: {reason}")]
@@ -371,6 +385,8 @@ pub struct Config {
     pub secret: Option<Secret>,
     /// A second secret accepted on inbound requests, never signed with (a rotation).
     pub secret_accepted: Option<Secret>,
+    /// Requests without a MAC are accepted too (`--accept-unsigned`; only with a secret).
+    pub accept_unsigned: bool,
     pub beat: Duration,
     pub ttl: Duration,
     /// The trailing window of the membership refresh coalescer (0: leading edge only).
@@ -623,6 +639,9 @@ impl Args {
             Some(_) if secret.is_none() => return Err(ConfigError::AcceptWithoutSecret),
             Some(path) => Some(read_secret_file("SIGX_SECRET_ACCEPT_FILE", path)?),
         };
+        if self.accept_unsigned && secret.is_none() {
+            return Err(ConfigError::AcceptUnsignedWithoutSecret);
+        }
         // mTLS authenticates peers but is not the written claim: without a secret it still
         // needs --insecure, so a deployment that meant to have both cannot drop the secret by
         // accident.
@@ -787,6 +806,7 @@ impl Args {
             zone: self.zone.filter(|z| !z.trim().is_empty()),
             secret,
             secret_accepted,
+            accept_unsigned: self.accept_unsigned,
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),
             membership_coalesce: Duration::from_millis(self.membership_coalesce_ms),

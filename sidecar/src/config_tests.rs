@@ -147,6 +147,16 @@ fn secret_rules() {
     assert_eq!(cfg.secret_accepted.unwrap().expose(), b"next-secret");
     let err = parse(&["--insecure", "--secret-accept-file", accept]).unwrap_err();
     assert!(matches!(err, ConfigError::AcceptWithoutSecret), "{err}");
+    // Between --insecure and a secret: accepting unsigned requests needs a secret to sign with.
+    assert!(!parse(&["--secret", "hunter2"]).unwrap().accept_unsigned);
+    let cfg = parse(&["--secret", "hunter2", "--accept-unsigned"]).unwrap();
+    assert!(cfg.accept_unsigned);
+    let err = parse(&["--insecure", "--accept-unsigned"]).unwrap_err();
+    assert!(
+        matches!(err, ConfigError::AcceptUnsignedWithoutSecret),
+        "{err}"
+    );
+    assert!(err.to_string().contains("SIGX_SECRET_FILE"), "{err}");
     let missing = files.path().join("nope");
     let err = parse(&[
         "--secret",

@@ -43,6 +43,22 @@ pub struct FleetConfig {
     /// machines); `None` = one SQLite membership file in the fleet's directory. Without
     /// `state_dsn` the actor state follows it into the same database.
     pub membership_dsn: Option<String>,
+    /// How the pods started first authenticate the mesh ([`Fleet::set_auth`] changes it for
+    /// the pods started later).
+    pub auth: MeshAuthStep,
+}
+
+/// How a pod authenticates the mesh: the three steps of switching a cluster between
+/// `--insecure` and a secret (README, "Switching between insecure and a secret").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MeshAuthStep {
+    /// Sign with the fleet's secret (and accept a rotation's second one); refuse the rest.
+    #[default]
+    Secret,
+    /// Sign with the secret, and also accept requests without a MAC (`--accept-unsigned`).
+    SecretAcceptingUnsigned,
+    /// No secret (`--insecure`).
+    Insecure,
 }
 
 impl Default for FleetConfig {
@@ -55,6 +71,7 @@ impl Default for FleetConfig {
             call_timeout_ms: 10_000,
             state_dsn: None,
             membership_dsn: None,
+            auth: MeshAuthStep::Secret,
         }
     }
 }
@@ -130,6 +147,8 @@ pub struct Fleet {
     accept_file: Option<PathBuf>,
     /// Secret files written so far (each rotation step gets new files).
     secret_files: u32,
+    /// How pods started from now on authenticate the mesh.
+    auth: MeshAuthStep,
     generation: u32,
     app_restarts: u32,
     /// Whole-pod freezes (SIGSTOP … SIGCONT), for the duplicate-activation checker.
@@ -180,6 +199,7 @@ impl Fleet {
         std::fs::write(&secret_file, format!("chaos-{}", std::process::id())).unwrap();
         let mut fleet = Fleet {
             dir,
+            auth: cfg.auth,
             cfg,
             pods: Vec::new(),
             targets: Arc::default(),
@@ -235,13 +255,7 @@ impl Fleet {
         let sidecar = sidecar
             .env("SIGX_LOG", "info")
             .args(["--host-id", &id])
-            .arg("--secret-file")
-            .arg(&self.secret_file)
-            .args(
-                self.accept_file
-                    .iter()
-                    .flat_map(|f| [std::ffi::OsStr::new("--secret-accept-file"), f.as_os_str()]),
-            )
+            .args(self.auth_args())
             .arg("--socket")
             .arg(&socket)
             .args(["--health-addr", &health.to_string()])
@@ -453,6 +467,33 @@ impl Fleet {
         };
         self.secret_file = write(format!("secret-{n}"), sign);
         self.accept_file = accept.map(|a| write(format!("accept-{n}"), a));
+    }
+
+    /// A step of switching between `--insecure` and a secret: pods started from now on
+    /// authenticate the mesh as `step` says, as the operator renders them for `spec.auth`
+    /// (`insecure: true`, `acceptUnsigned: true`, neither). Running pods keep what they started
+    /// with until replaced.
+    pub fn set_auth(&mut self, step: MeshAuthStep) {
+        self.auth = step;
+    }
+
+    /// The sidecar arguments of [`Fleet::set_auth`] and [`Fleet::set_secrets`].
+    fn auth_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        if self.auth == MeshAuthStep::Insecure {
+            args.push("--insecure".into());
+            return args;
+        }
+        args.push("--secret-file".into());
+        args.push(self.secret_file.clone().into());
+        if let Some(accept) = &self.accept_file {
+            args.push("--secret-accept-file".into());
+            args.push(accept.clone().into());
+        }
+        if self.auth == MeshAuthStep::SecretAcceptingUnsigned {
+            args.push("--accept-unsigned".into());
+        }
+        args
     }
 
     /// Replaces every live pod in turn, like a Deployment rollout with maxSurge 1 and

@@ -143,10 +143,16 @@ pub(crate) async fn ensure_secret(
             message: format!("using Secret {name}, key {key}"),
         },
     };
-    match &cluster.spec.auth.accept_secret_ref {
-        Some(accept) if state.ready => accepted_secret(&secrets, namespace, accept, state).await,
-        _ => Ok(state),
+    let mut state = match &cluster.spec.auth.accept_secret_ref {
+        Some(accept) if state.ready => accepted_secret(&secrets, namespace, accept, state).await?,
+        _ => state,
+    };
+    if state.ready && cluster.spec.auth.accept_unsigned == Some(true) {
+        state.message.push_str(
+            "; also accepting unsigned mesh requests (auth.acceptUnsigned): any process that can reach the mesh port can act as a host until it is removed",
+        );
     }
+    Ok(state)
 }
 
 /// A rotation in progress (`auth.acceptSecretRef`): the second secret must exist and hold a

@@ -253,6 +253,25 @@ fn referenced_secret_and_insecure_are_rendered_as_asked() {
     );
 }
 
+/// The middle step of a switch between insecure and a secret: the pods sign with the secret
+/// and also accept unsigned requests; without the field, nothing of it.
+#[test]
+fn accept_unsigned_goes_to_the_sidecar_beside_the_secret() {
+    let switching = fixtures::cluster(json!({"auth": {"acceptUnsigned": true}}));
+    let d = deployment(&switching, &fixtures::engine_role()).unwrap();
+    let s = the_sidecar(&d);
+    assert_eq!(env_value(s, "SIGX_ACCEPT_UNSIGNED"), Some("true"));
+    assert!(
+        env(s, "SIGX_SECRET_FILE").is_some(),
+        "it signs with the secret"
+    );
+    assert!(env(s, "SIGX_INSECURE").is_none());
+    assert!(env(the_sidecar(&engine()), "SIGX_ACCEPT_UNSIGNED").is_none());
+    let off = fixtures::cluster(json!({"auth": {"acceptUnsigned": false}}));
+    let d = deployment(&off, &fixtures::engine_role()).unwrap();
+    assert!(env(the_sidecar(&d), "SIGX_ACCEPT_UNSIGNED").is_none());
+}
+
 #[test]
 fn a_rotation_mounts_the_accepted_secret_beside_the_signing_one() {
     let rotating = fixtures::cluster(json!({

@@ -125,6 +125,9 @@ pub(super) fn sidecar(input: &SidecarInput<'_>) -> Container {
                 &format!("{SECRET_DIR}/secret"),
             ));
             mounts.push(read_only_mount(SECRET_VOLUME, SECRET_DIR));
+            if cluster.spec.auth.accept_unsigned == Some(true) {
+                env.push(plain_env("SIGX_ACCEPT_UNSIGNED", "true"));
+            }
             if cluster.spec.auth.accept_secret_ref.is_some() {
                 env.push(plain_env(
                     "SIGX_SECRET_ACCEPT_FILE",

@@ -403,6 +403,15 @@ pub(crate) async fn bring_up(b: BringUp) {
             }
             None => Ok(s),
         }) {
+            Ok(s) if cfg.accept_unsigned => {
+                tracing::warn!(
+                    "mesh requests without a MAC are ACCEPTED (--accept-unsigned): signing every \
+                     request with the secret, but any process that can reach the mesh port can \
+                     act as a host; only for switching a running cluster between --insecure and \
+                     a secret"
+                );
+                MeshAuth::Secret(s.accepting_unsigned())
+            }
             Ok(s) => MeshAuth::Secret(s),
             Err(e) => {
                 state.set_fenced(format!("mesh secret refused: {e}"));

@@ -62,6 +62,8 @@ pub struct MeshSecret {
     keyed: HmacSha256,
     /// Boxed: it is rare, and the common case stays one key's size.
     accepted: Option<Box<HmacSha256>>,
+    /// Also accepts requests that carry no MAC at all ([`MeshSecret::accepting_unsigned`]).
+    accept_unsigned: bool,
 }
 
 impl fmt::Debug for MeshSecret {
@@ -80,6 +82,7 @@ impl MeshSecret {
         Ok(MeshSecret {
             keyed: keyed(bytes),
             accepted: None,
+            accept_unsigned: false,
         })
     }
 
@@ -94,6 +97,22 @@ impl MeshSecret {
         }
         self.accepted = Some(Box::new(keyed(bytes)));
         Ok(self)
+    }
+
+    /// Also accepts requests that carry no MAC, while still signing every request: the middle
+    /// step of switching a running cluster between `--insecure` and a secret (README, "Switching
+    /// between insecure and a secret"). Hosts still on `--insecure` send no MAC and ignore the
+    /// one they receive, so a host with a secret that accepts unsigned requests meets both kinds
+    /// of peer without refusing either. A request that *does* carry a MAC must still verify: a
+    /// wrong MAC is a peer with another secret, never a peer without one.
+    pub fn accepting_unsigned(mut self) -> Self {
+        self.accept_unsigned = true;
+        self
+    }
+
+    /// Whether requests without a MAC are accepted ([`MeshSecret::accepting_unsigned`]).
+    pub fn accepts_unsigned(&self) -> bool {
+        self.accept_unsigned
     }
 
     /// Whether a second secret is accepted (a rotation is in progress).
@@ -266,6 +285,10 @@ pub struct Verifier {
     peers: Arc<dyn KnownPeers>,
     /// With mTLS: the cluster whose certificate identities bind claimed host ids.
     cert_cluster: Option<String>,
+    /// Unsigned requests accepted ([`MeshSecret::accepting_unsigned`]).
+    unsigned_accepted: std::sync::atomic::AtomicU64,
+    /// Hosts already logged as sending unsigned requests.
+    unsigned_peers: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl fmt::Debug for Verifier {
@@ -291,6 +314,8 @@ impl Verifier {
             window,
             peers,
             cert_cluster: None,
+            unsigned_accepted: Default::default(),
+            unsigned_peers: Default::default(),
         }
     }
 
@@ -331,38 +356,21 @@ impl Verifier {
                      request with the cluster secret"
                 ))
             })?;
+        let mut unsigned = false;
         if let MeshAuth::Secret(secret) = &self.auth {
-            let ts_ms: i64 = headers
-                .get(TS_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| {
-                    ActorError::unauthenticated(format!(
-                        "mesh request from {peer:?} has no valid {TS_HEADER} header"
-                    ))
-                })?;
-            let mac = headers.get(MAC_HEADER).ok_or_else(|| {
-                ActorError::unauthenticated(format!(
-                    "mesh request from {peer:?} has no {MAC_HEADER} header; is the peer running \
-                     with --insecure while this host has a secret?"
-                ))
-            })?;
-            if !secret.verify(peer, ts_ms, path, mac.as_bytes()) {
-                return Err(ActorError::unauthenticated(format!(
-                    "mesh request from {peer:?} carries a wrong MAC; check that every host of \
-                     the cluster uses the same secret"
-                )));
-            }
-            // In 128 bits: a signed timestamp near i64::MIN overflowed `now - ts` (found by
-            // fuzzing, fuzz/regressions/mesh_auth).
-            let now = self.clock.wall_unix_ms();
-            let skew = (i128::from(now) - i128::from(ts_ms)).unsigned_abs();
-            if skew > self.window.as_millis() {
-                return Err(ActorError::unauthenticated(format!(
-                    "mesh request from {peer:?} is timestamped {skew} ms away from this host's \
-                     clock (window ±{} ms): a replay, or clocks out of sync (check NTP)",
-                    self.window.as_millis()
-                )));
+            match headers.get(MAC_HEADER) {
+                Some(mac) => self.verify_mac(secret, peer, path, headers, mac.as_bytes())?,
+                // Between --insecure and a secret: the peer is not authenticated by the MAC,
+                // and says so by sending none (the certificate check below still applies).
+                None if secret.accepts_unsigned() => unsigned = true,
+                None => {
+                    return Err(ActorError::unauthenticated(format!(
+                        "mesh request from {peer:?} has no {MAC_HEADER} header; is the peer \
+                         running with --insecure while this host has a secret? (switch a running \
+                         cluster through --accept-unsigned, README \"Switching between insecure \
+                         and a secret\")"
+                    )));
+                }
             }
         }
         if let Some(cluster) = &self.cert_cluster {
@@ -386,7 +394,75 @@ impl Verifier {
             ))
             .with_retry_after(Duration::from_millis(50)));
         }
+        if unsigned {
+            self.note_unsigned(peer);
+        }
         Ok(peer.to_owned())
+    }
+
+    /// Checks the MAC and timestamp of a signed request.
+    fn verify_mac(
+        &self,
+        secret: &MeshSecret,
+        peer: &str,
+        path: &str,
+        headers: &HeaderMap,
+        mac: &[u8],
+    ) -> Result<(), ActorError> {
+        let ts_ms: i64 = headers
+            .get(TS_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| {
+                ActorError::unauthenticated(format!(
+                    "mesh request from {peer:?} has no valid {TS_HEADER} header"
+                ))
+            })?;
+        if !secret.verify(peer, ts_ms, path, mac) {
+            return Err(ActorError::unauthenticated(format!(
+                "mesh request from {peer:?} carries a wrong MAC; check that every host of \
+                 the cluster uses the same secret"
+            )));
+        }
+        // In 128 bits: a signed timestamp near i64::MIN overflowed `now - ts` (found by
+        // fuzzing, fuzz/regressions/mesh_auth).
+        let now = self.clock.wall_unix_ms();
+        let skew = (i128::from(now) - i128::from(ts_ms)).unsigned_abs();
+        if skew > self.window.as_millis() {
+            return Err(ActorError::unauthenticated(format!(
+                "mesh request from {peer:?} is timestamped {skew} ms away from this host's \
+                 clock (window ±{} ms): a replay, or clocks out of sync (check NTP)",
+                self.window.as_millis()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts an unsigned request accepted from the known host `peer`, and says so in the log
+    /// the first time for each host: while a cluster switches to a secret, these lines name the
+    /// hosts still on `--insecure`; once the hosts that accept unsigned requests stop logging
+    /// new ones, every host signs and the last roll (without `--accept-unsigned`) is safe.
+    fn note_unsigned(&self, peer: &str) {
+        self.unsigned_accepted
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut seen = self
+            .unsigned_peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        // Known hosts only reach here, so the set is bounded by the fleet; the cap is a belt.
+        if seen.len() < 4096 && seen.insert(peer.to_owned()) {
+            tracing::warn!(
+                peer,
+                "accepted an unsigned mesh request (--accept-unsigned): this peer runs without \
+                 the secret"
+            );
+        }
+    }
+
+    /// Unsigned requests accepted so far ([`MeshSecret::accepting_unsigned`]).
+    pub fn unsigned_accepted(&self) -> u64 {
+        self.unsigned_accepted
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -546,6 +622,75 @@ mod tests {
             Some(SecretError::Blank),
             "a blank accepted secret is refused too"
         );
+    }
+
+    /// Switching between `--insecure` and a secret, each host rolled from one phase to the
+    /// next: insecure, secret accepting unsigned requests, secret. Adjacent phases accept each
+    /// other both ways; insecure and strict hosts do not (so a roll must finish before the next
+    /// starts). A wrong MAC stays refused even by a host that accepts unsigned requests.
+    #[tokio::test(start_paused = true)]
+    async fn a_switch_between_insecure_and_a_secret_in_two_rolls_never_splits_the_mesh() {
+        let clock = ManualClock::new(UNIX_EPOCH + Duration::from_millis(1_700_000_000_000));
+        let secret = || MeshSecret::new("k").unwrap();
+        let phases = [
+            MeshAuth::Insecure,
+            MeshAuth::Secret(secret().accepting_unsigned()),
+            MeshAuth::Secret(secret()),
+        ];
+        let verifiers: Vec<Verifier> = phases
+            .iter()
+            .map(|auth| {
+                Verifier::new(
+                    auth.clone(),
+                    Arc::new(clock.clone()),
+                    DEFAULT_WINDOW,
+                    Arc::new(AllKnown),
+                )
+            })
+            .collect();
+        for (i, signer) in phases.iter().enumerate() {
+            let mut h = HeaderMap::new();
+            signer.sign_headers("host-a", clock.wall_unix_ms(), PATH, &mut h);
+            for (j, v) in verifiers.iter().enumerate() {
+                // Only a strict host meets an insecure one: it refuses the missing MAC.
+                let expected = !(i == 0 && j == 2);
+                assert_eq!(
+                    v.verify(&h, PATH).is_ok(),
+                    expected,
+                    "phase {i} signing, phase {j} verifying"
+                );
+            }
+        }
+        // Only the host in the middle phase took unsigned requests: one, from the insecure one.
+        assert_eq!(verifiers[1].unsigned_accepted(), 1);
+        assert_eq!(verifiers[2].unsigned_accepted(), 0);
+        // A MAC made with another secret is a misconfigured peer, not an unsigned one.
+        let mut other = HeaderMap::new();
+        MeshAuth::Secret(MeshSecret::new("other").unwrap()).sign_headers(
+            "host-a",
+            clock.wall_unix_ms(),
+            PATH,
+            &mut other,
+        );
+        let e = verifiers[1].verify(&other, PATH).unwrap_err();
+        assert!(e.message.contains("wrong MAC"), "{}", e.message);
+        // An unsigned request still names a peer, and an unknown one is not let in.
+        let mut h = HeaderMap::new();
+        MeshAuth::Insecure.sign_headers("stranger", clock.wall_unix_ms(), PATH, &mut h);
+        assert_eq!(
+            verifiers[1].verify(&h, PATH).unwrap_err().kind,
+            sigx_proto::ErrorKind::Unreachable
+        );
+        assert_eq!(
+            verifiers[1].unsigned_accepted(),
+            1,
+            "a stranger is not counted"
+        );
+        // The strict host's refusal names the way through.
+        let mut h = HeaderMap::new();
+        MeshAuth::Insecure.sign_headers("host-a", clock.wall_unix_ms(), PATH, &mut h);
+        let e = verifiers[2].verify(&h, PATH).unwrap_err();
+        assert!(e.message.contains("--accept-unsigned"), "{}", e.message);
     }
 
     #[test]
