@@ -870,6 +870,40 @@ async fn a_referenced_secret_is_checked_and_never_generated() {
         message.contains("Secret mine") && message.contains("also accepting Secret next"),
         "{message}"
     );
+
+    // The accepted Secret holding the signing key (give or take a trailing newline) is the set-up
+    // of a rotation in place, not a rotation.
+    h.api::<Secret>()
+        .replace("next", &PostParams::default(), &{
+            let mut s = secret("s3cret-s3cret\n");
+            s.metadata.name = Some("next".into());
+            s.metadata.resource_version = h.get::<Secret>("next").await.unwrap().resource_version();
+            s
+        })
+        .await
+        .unwrap();
+    // A referenced Secret is not watched (the operator resyncs every 5 minutes): any change to
+    // the cluster has it looked at now.
+    h.api::<ActorCluster>()
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"example.com/touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let status = eventually("Referenced, ready for a rotation in place", || async {
+        h.cluster_status("demo").await.filter(|s| {
+            condition(s, "SecretReady").is_some_and(|c| {
+                c.status == "True"
+                    && c.reason == "Referenced"
+                    && c.message.contains("ready for a rotation in place")
+            })
+        })
+    })
+    .await;
+    let message = &condition(&status, "SecretReady").unwrap().message;
+    assert!(message.contains("Secret next"), "{message}");
 }
 
 #[tokio::test]

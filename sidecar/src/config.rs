@@ -152,6 +152,12 @@ pub struct Args {
     #[arg(long, env = "SIGX_SECRET_ACCEPT_FILE")]
     pub secret_accept_file: Option<PathBuf>,
 
+    /// How often the secret files are read again, milliseconds; an edited file is used without
+    /// a restart, and the signing key it replaces stays accepted for five minutes (README,
+    /// "Rotating the mesh secret in place"). 0 reads them only at startup.
+    #[arg(long, env = "SIGX_SECRET_RELOAD_MS", default_value_t = 10_000)]
+    pub secret_reload_ms: u64,
+
     /// With a secret: sign every mesh request, and also accept requests that carry no MAC. Only
     /// for the middle step of switching a running cluster between --insecure and a secret
     /// (README, "Switching between insecure and a secret"): hosts on either side of the switch
@@ -387,6 +393,11 @@ pub struct Config {
     pub secret_accepted: Option<Secret>,
     /// Requests without a MAC are accepted too (`--accept-unsigned`; only with a secret).
     pub accept_unsigned: bool,
+    /// The files the secret was read from, re-read every `secret_reload` (`None`: the secret
+    /// came from `SIGX_SECRET`, or there is none).
+    pub secret_files: Option<crate::mesh::secret_reload::SecretFiles>,
+    /// How often the secret files are re-read (`None`: never).
+    pub secret_reload: Option<Duration>,
     pub beat: Duration,
     pub ttl: Duration,
     /// The trailing window of the membership refresh coalescer (0: leading edge only).
@@ -639,6 +650,13 @@ impl Args {
             Some(_) if secret.is_none() => return Err(ConfigError::AcceptWithoutSecret),
             Some(path) => Some(read_secret_file("SIGX_SECRET_ACCEPT_FILE", path)?),
         };
+        let secret_files = match (&self.secret, &self.secret_file) {
+            (None, Some(sign)) => Some(crate::mesh::secret_reload::SecretFiles {
+                sign: sign.clone(),
+                accept: self.secret_accept_file.clone(),
+            }),
+            _ => None,
+        };
         if self.accept_unsigned && secret.is_none() {
             return Err(ConfigError::AcceptUnsignedWithoutSecret);
         }
@@ -807,6 +825,9 @@ impl Args {
             secret,
             secret_accepted,
             accept_unsigned: self.accept_unsigned,
+            secret_files,
+            secret_reload: (self.secret_reload_ms > 0)
+                .then(|| Duration::from_millis(self.secret_reload_ms)),
             beat: Duration::from_millis(beat_ms),
             ttl: Duration::from_millis(ttl_ms),
             membership_coalesce: Duration::from_millis(self.membership_coalesce_ms),

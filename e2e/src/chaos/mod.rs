@@ -46,6 +46,8 @@ pub struct FleetConfig {
     /// How the pods started first authenticate the mesh ([`Fleet::set_auth`] changes it for
     /// the pods started later).
     pub auth: MeshAuthStep,
+    /// How often sidecars re-read their secret files (`--secret-reload-ms`; 0: never).
+    pub secret_reload_ms: u64,
 }
 
 /// How a pod authenticates the mesh: the three steps of switching a cluster between
@@ -72,6 +74,7 @@ impl Default for FleetConfig {
             state_dsn: None,
             membership_dsn: None,
             auth: MeshAuthStep::Secret,
+            secret_reload_ms: 10_000,
         }
     }
 }
@@ -469,6 +472,25 @@ impl Fleet {
         self.accept_file = accept.map(|a| write(format!("accept-{n}"), a));
     }
 
+    /// Edits the secret files of the pods started last in place, as the kubelet updates the
+    /// volume of an edited Secret (a new file swapped in by a rename): running pods see it only
+    /// by reloading. `accept` must name a file they were started with (`set_secrets`).
+    pub fn edit_secrets_in_place(&self, sign: &str, accept: Option<&str>) {
+        let swap = |path: &Path, value: &str| {
+            let tmp = path.with_extension("edit");
+            std::fs::write(&tmp, value).unwrap();
+            std::fs::rename(&tmp, path).unwrap();
+        };
+        swap(&self.secret_file, sign);
+        if let Some(value) = accept {
+            let path = self
+                .accept_file
+                .as_ref()
+                .expect("pods started with an accepted secret");
+            swap(path, value);
+        }
+    }
+
     /// A step of switching between `--insecure` and a secret: pods started from now on
     /// authenticate the mesh as `step` says, as the operator renders them for `spec.auth`
     /// (`insecure: true`, `acceptUnsigned: true`, neither). Running pods keep what they started
@@ -484,6 +506,8 @@ impl Fleet {
             args.push("--insecure".into());
             return args;
         }
+        args.push("--secret-reload-ms".into());
+        args.push(self.cfg.secret_reload_ms.to_string().into());
         args.push("--secret-file".into());
         args.push(self.secret_file.clone().into());
         if let Some(accept) = &self.accept_file {

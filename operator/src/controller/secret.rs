@@ -144,7 +144,9 @@ pub(crate) async fn ensure_secret(
         },
     };
     let mut state = match &cluster.spec.auth.accept_secret_ref {
-        Some(accept) if state.ready => accepted_secret(&secrets, namespace, accept, state).await?,
+        Some(accept) if state.ready => {
+            accepted_secret(&secrets, namespace, accept, state, value).await?
+        }
         _ => state,
     };
     if state.ready && cluster.spec.auth.accept_unsigned == Some(true) {
@@ -163,6 +165,7 @@ async fn accepted_secret(
     namespace: &str,
     accept: &sigx_crds::SecretKeyRef,
     signing: SecretState,
+    signing_value: Option<&k8s_openapi::ByteString>,
 ) -> Result<SecretState, ReconcileError> {
     let (name, key) = (&accept.name, &accept.key);
     let found = secrets.get_opt(name).await.map_err(ReconcileError::kube(
@@ -192,6 +195,17 @@ async fn accepted_secret(
             message: format!(
                 "key {key:?} of Secret {name} (auth.acceptSecretRef) is empty or whitespace; the sidecar refuses it"
             ),
+        },
+        // The same key as the signing one: nothing rotates; the second Secret is there so that
+        // a rotation can be made in place by editing the Secrets (README, "Rotating the mesh
+        // secret in place"). Compared as the sidecar reads the files (one trailing line ending
+        // dropped).
+        (true, Some(v)) if signing_value.is_some_and(|s| same_key(&s.0, &v.0)) => SecretState {
+            message: format!(
+                "{}; also accepting Secret {name}, key {key} (auth.acceptSecretRef), which holds the same key: ready for a rotation in place",
+                signing.message
+            ),
+            ..signing
         },
         (true, Some(_)) => SecretState {
             ready: true,
@@ -260,4 +274,29 @@ async fn adopt_generated_secret(
             what.to_owned(),
         ))?;
     Ok(())
+}
+
+/// Whether two Secret values are the same mesh key as the sidecar reads them from files: the
+/// bytes minus one trailing line ending (the sidecar's `config::secret_file_key`).
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    let key = |v: &[u8]| {
+        v.strip_suffix(b"\r\n")
+            .or_else(|| v.strip_suffix(b"\n"))
+            .unwrap_or(v)
+            .to_vec()
+    };
+    key(a) == key(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_key;
+
+    #[test]
+    fn the_same_key_is_judged_as_the_sidecar_reads_it() {
+        assert!(same_key(b"k", b"k\n"));
+        assert!(same_key(b"k\r\n", b"k"));
+        assert!(!same_key(b"k", b"k\n\n"));
+        assert!(!same_key(b"k", b"K"));
+    }
 }

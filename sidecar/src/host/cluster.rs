@@ -427,6 +427,24 @@ pub(crate) async fn bring_up(b: BringUp) {
         }
         None => MeshAuth::from_config(None, true).expect("insecure is explicit"),
     };
+    // An edited secret file is used without a restart (mesh/secret_reload.rs).
+    if let (MeshAuth::Secret(secret), Some(files), Some(every), Some(sign)) =
+        (&auth, &cfg.secret_files, cfg.secret_reload, &cfg.secret)
+    {
+        use crate::mesh::secret_reload::{KEEP_PREVIOUS, digest, watch};
+        let started = (
+            digest(sign.expose()),
+            cfg.secret_accepted.as_ref().map(|a| digest(a.expose())),
+        );
+        let watcher = watch(secret.clone(), files.clone(), started, every, KEEP_PREVIOUS);
+        let down = down.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = watcher => {}
+                () = wait_down(down) => {}
+            }
+        });
+    }
     let connector: Arc<dyn crate::mesh::Connector> = match &mtls {
         // The server dialled must be the host it is dialled as.
         Some(tls) => Arc::new(

@@ -9,16 +9,14 @@
 //! The secret itself is kept only as a pre-keyed HMAC state: the raw bytes are not stored, and
 //! [`MeshSecret`]'s `Debug` prints nothing of it, so it cannot leak through logs or a `Status`.
 
+pub use super::secret::MeshSecret;
 use crate::clock::SharedClock;
-use hmac::{KeyInit, Mac};
 use http::{HeaderMap, HeaderValue, Request, Response};
 use sigx_proto::ActorError;
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-
-type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 
 /// Metadata key naming the calling host.
 pub const PEER_HEADER: &str = "sigx-peer";
@@ -53,153 +51,6 @@ pub enum SecretError {
          or drop the secret to run an unauthenticated mesh"
     )]
     Contradictory,
-}
-
-/// The cluster secret, held only as a keyed HMAC state; during a rotation, also a second
-/// secret accepted on inbound requests but never signed with ([`MeshSecret::accepting`]).
-#[derive(Clone)]
-pub struct MeshSecret {
-    keyed: HmacSha256,
-    /// Boxed: it is rare, and the common case stays one key's size.
-    accepted: Option<Box<HmacSha256>>,
-    /// Also accepts requests that carry no MAC at all ([`MeshSecret::accepting_unsigned`]).
-    accept_unsigned: bool,
-}
-
-impl fmt::Debug for MeshSecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("MeshSecret(<redacted>)")
-    }
-}
-
-impl MeshSecret {
-    /// Keys an HMAC with `secret`. Empty or whitespace-only secrets are refused.
-    pub fn new(secret: impl AsRef<[u8]>) -> Result<Self, SecretError> {
-        let bytes = secret.as_ref();
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(SecretError::Blank);
-        }
-        Ok(MeshSecret {
-            keyed: keyed(bytes),
-            accepted: None,
-            accept_unsigned: false,
-        })
-    }
-
-    /// Also accepts requests signed with `other`, while still signing with this secret: the
-    /// rotation's middle steps (README, "Rotating the mesh secret"). First every host accepts the new secret while
-    /// signing with the old, then every host signs with the new while accepting the old, then
-    /// the old goes: at no step does a host refuse a peer that has not rolled yet.
-    pub fn accepting(mut self, other: impl AsRef<[u8]>) -> Result<Self, SecretError> {
-        let bytes = other.as_ref();
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(SecretError::Blank);
-        }
-        self.accepted = Some(Box::new(keyed(bytes)));
-        Ok(self)
-    }
-
-    /// Also accepts requests that carry no MAC, while still signing every request: the middle
-    /// step of switching a running cluster between `--insecure` and a secret (README, "Switching
-    /// between insecure and a secret"). Hosts still on `--insecure` send no MAC and ignore the
-    /// one they receive, so a host with a secret that accepts unsigned requests meets both kinds
-    /// of peer without refusing either. A request that *does* carry a MAC must still verify: a
-    /// wrong MAC is a peer with another secret, never a peer without one.
-    pub fn accepting_unsigned(mut self) -> Self {
-        self.accept_unsigned = true;
-        self
-    }
-
-    /// Whether requests without a MAC are accepted ([`MeshSecret::accepting_unsigned`]).
-    pub fn accepts_unsigned(&self) -> bool {
-        self.accept_unsigned
-    }
-
-    /// Whether a second secret is accepted (a rotation is in progress).
-    pub fn is_rotating(&self) -> bool {
-        self.accepted.is_some()
-    }
-
-    fn mac_state(&self, peer: &str, ts_ms: i64, path: &str) -> HmacSha256 {
-        mac_state(&self.keyed, peer, ts_ms, path)
-    }
-
-    /// The MAC of one request, as the 64 lowercase hex characters sent in `sigx-mac`.
-    pub fn sign(&self, peer: &str, ts_ms: i64, path: &str) -> String {
-        let tag = self.mac_state(peer, ts_ms, path).finalize().into_bytes();
-        let mut out = String::with_capacity(64);
-        for b in tag.iter() {
-            out.push(HEX[(b >> 4) as usize] as char);
-            out.push(HEX[(b & 0xf) as usize] as char);
-        }
-        out
-    }
-
-    /// Verifies `mac_hex` in constant time (over the decoded tag).
-    pub fn verify(&self, peer: &str, ts_ms: i64, path: &str, mac_hex: &[u8]) -> bool {
-        let mut tag = [0u8; 32];
-        if mac_hex.len() != 64 {
-            return false;
-        }
-        for (i, pair) in mac_hex.chunks_exact(2).enumerate() {
-            match (unhex(pair[0]), unhex(pair[1])) {
-                (Some(h), Some(l)) => tag[i] = (h << 4) | l,
-                _ => return false,
-            }
-        }
-        self.mac_state(peer, ts_ms, path).verify_slice(&tag).is_ok()
-            || self
-                .accepted
-                .as_ref()
-                .is_some_and(|k| mac_state(k, peer, ts_ms, path).verify_slice(&tag).is_ok())
-    }
-}
-
-fn keyed(bytes: &[u8]) -> HmacSha256 {
-    HmacSha256::new_from_slice(bytes).expect("HMAC accepts keys of any length")
-}
-
-fn mac_state(keyed: &HmacSha256, peer: &str, ts_ms: i64, path: &str) -> HmacSha256 {
-    let mut mac = keyed.clone();
-    mac.update(MAC_DOMAIN.as_bytes());
-    mac.update(b"\n");
-    mac.update(peer.as_bytes());
-    mac.update(b"\n");
-    let mut buf = [0u8; 20];
-    mac.update(decimal(ts_ms, &mut buf));
-    mac.update(b"\n");
-    mac.update(path.as_bytes());
-    mac
-}
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-fn unhex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    }
-}
-
-/// Writes `v` in decimal into `buf` without allocating (the MAC sits on every call).
-fn decimal(v: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let neg = v < 0;
-    let mut n = v.unsigned_abs();
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if neg {
-        i -= 1;
-        buf[i] = b'-';
-    }
-    &buf[i..]
 }
 
 /// The longest host id, in bytes (a Kubernetes object name's limit).

@@ -1,8 +1,8 @@
 //! The authenticated host-to-host mesh (DESIGN.md §2, §5, §7): tonic over HTTP/2 on injectable
 //! sockets.
 //!
-//! * [`auth`]: the cluster secret, the per-request HMAC, and the tower layer that checks it
-//!   before any work.
+//! * [`auth`]: the per-request HMAC, and the tower layer that checks it before any work.
+//! * [`secret`]: the cluster secret as HMAC keys; [`secret_reload`] re-reads its files.
 //! * [`transport`]: the [`Connector`] / [`Listener`] seams (TCP in production, simulated networks
 //!   in the simulator).
 //! * [`server`]: the `Mesh` service, dispatching `Deliver` to a [`DeliverHandler`] and the
@@ -13,6 +13,8 @@
 
 pub mod auth;
 pub mod client;
+pub mod secret;
+pub mod secret_reload;
 pub mod server;
 pub mod tls;
 pub mod transport;
