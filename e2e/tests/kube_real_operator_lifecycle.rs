@@ -512,12 +512,19 @@ async fn cluster_changes_roll_one_role_at_a_time(client: &kube::Client) {
         "b-engine rolled while a-web was still rolling"
     );
 
-    // a-web's rollout completes: b-engine's turn.
+    // a-web's rollout completes: b-engine's turn, woken by a-web's Deployment (its own
+    // recheck is a minute away).
     complete_rollout(&ns, "a-web").await;
+    let completed = tokio::time::Instant::now();
     eventually("b-engine to roll once a-web completed", || async {
         (sidecar_image(&ns, "b-engine").await? == "ghcr.io/sigx/sidecar:0.2.0").then_some(())
     })
     .await;
+    assert!(
+        completed.elapsed() < std::time::Duration::from_secs(5),
+        "b-engine took {:?} to roll after a-web completed: it waited for a poll",
+        completed.elapsed()
+    );
     complete_rollout(&ns, "b-engine").await;
 
     // A change to a role itself is not paced: b-engine's own edit rolls at once, although the

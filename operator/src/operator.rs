@@ -180,13 +180,20 @@ impl Operator {
         );
 
         let roles = Controller::new(self.api::<ActorRole>(), watcher::Config::default())
-            .owns(self.api::<Deployment>(), managed.clone())
             .owns(self.api::<PodDisruptionBudget>(), managed.clone())
             .reconcile_on(UnboundedReceiverStream::new(role_rx))
             .trigger_backoff(WatchBackoff::new(base, max))
             .with_config(config.clone());
         let role_store = roles.store();
         let roles_by_cluster = role_store.clone();
+        let paced_siblings = role_store.clone();
+        // A Deployment's change reconciles its role (as `owns` would) and the roles of its
+        // cluster whose roll waits (pacing.rs): a completed rollout is their turn.
+        let roles = roles.watches(
+            self.api::<Deployment>(),
+            managed.clone(),
+            move |deployment| ctl::pacing::roles_to_wake(&deployment, &paced_siblings.state()),
+        );
         let roles = roles.watches(
             self.api::<ActorCluster>(),
             watcher::Config::default(),

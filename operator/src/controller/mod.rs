@@ -11,7 +11,7 @@
 //! when something the status shows changed — not on every heartbeat.
 
 pub mod cluster;
-mod pacing;
+pub mod pacing;
 pub mod role;
 mod role_status;
 mod secret;

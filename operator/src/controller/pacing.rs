@@ -16,13 +16,56 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
 use sigx_crds::{ActorCluster, ActorRole, condition_types, labels};
 
 use super::Context;
 use super::role_status::RoleObservation;
 use crate::error::ReconcileError;
 use crate::render::{self, names};
+
+/// The roles a change of `deployment` concerns: the ActorRole that owns it, and the roles of
+/// the same cluster whose roll waits for another (their `Ready` says `RollPaced`), since a
+/// rollout that completes or stalls may be their turn. Without it a paced role only learned
+/// its turn by polling.
+pub fn roles_to_wake(
+    deployment: &Deployment,
+    roles: &[std::sync::Arc<ActorRole>],
+) -> Vec<ObjectRef<ActorRole>> {
+    let namespace = deployment.namespace();
+    let mut wake: Vec<ObjectRef<ActorRole>> = deployment
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == "ActorRole" && o.api_version == ActorRole::api_version(&()))
+        .map(|o| ObjectRef::new(&o.name).within(namespace.as_deref().unwrap_or_default()))
+        .collect();
+    let Some(cluster) = deployment.labels().get(labels::CLUSTER) else {
+        return wake;
+    };
+    for role in roles {
+        if role.namespace() == namespace
+            && &role.spec.cluster_ref.name == cluster
+            && is_paced(role)
+            && !wake.iter().any(|w| w.name == role.name_any())
+        {
+            wake.push(ObjectRef::from_obj(&**role));
+        }
+    }
+    wake
+}
+
+/// Whether `role`'s status says its roll waits for another role.
+fn is_paced(role: &ActorRole) -> bool {
+    role.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == condition_types::READY && c.reason == PACED_REASON)
+    })
+}
+
+/// The reason of a role's `Ready` and `Reconciling` while its roll waits.
+pub const PACED_REASON: &str = "RollPaced";
 
 /// Why `role`'s roll to `wanted` waits for another role of `cluster`, or `None` when it goes
 /// now. `live` is the role's Deployment as the API server has it.
@@ -147,6 +190,7 @@ pub(super) fn rolling(deployment: &Deployment) -> Option<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Arc;
 
     fn deployment(generation: i64, status: serde_json::Value) -> Deployment {
         serde_json::from_value(json!({
@@ -155,6 +199,44 @@ mod tests {
             "status": status,
         }))
         .unwrap()
+    }
+
+    fn role(namespace: &str, name: &str, cluster: &str, ready_reason: &str) -> Arc<ActorRole> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "actors.sigx.dev/v1alpha1", "kind": "ActorRole",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"clusterRef": {"name": cluster}, "actors": ["Counter"],
+                         "template": {"spec": {"containers": [{"name": "app", "image": "a"}]}}},
+                "status": {"conditions": [{"type": "Ready", "status": "False",
+                    "reason": ready_reason, "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_deployment_change_wakes_its_role_and_the_paced_roles_of_its_cluster() {
+        let web: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "a-web", "namespace": "apps",
+                "labels": {"actors.sigx.dev/cluster": "demo"},
+                "ownerReferences": [{"apiVersion": "actors.sigx.dev/v1alpha1",
+                    "kind": "ActorRole", "name": "a-web", "uid": "u1"}]},
+            "spec": {"selector": {}, "template": {}},
+        }))
+        .unwrap();
+        let roles = [
+            role("apps", "a-web", "demo", "RolloutInProgress"),
+            role("apps", "b-engine", "demo", PACED_REASON),
+            role("apps", "c-idle", "demo", "Ready"),
+            role("apps", "d-other", "other", PACED_REASON),
+            role("elsewhere", "e-web", "demo", PACED_REASON),
+        ];
+        let woken: Vec<String> = roles_to_wake(&web, &roles)
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        assert_eq!(woken, ["apps/a-web", "apps/b-engine"]);
     }
 
     #[test]

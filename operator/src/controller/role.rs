@@ -24,8 +24,9 @@ const KIND: &str = "ActorRole";
 /// How long to wait before looking again for a cluster that does not exist yet (its creation
 /// also triggers the role directly).
 const MISSING_CLUSTER_RECHECK: Duration = Duration::from_secs(60);
-/// How soon a role whose roll is paced looks again whether its turn has come.
-const PACED_RECHECK: Duration = Duration::from_secs(5);
+/// How soon a role whose roll is paced looks again whether its turn has come, if no event of
+/// its cluster's Deployments said so first (`pacing::roles_to_wake`): a safety net.
+const PACED_RECHECK: Duration = Duration::from_secs(60);
 
 /// Reconciles one ActorRole.
 pub async fn reconcile(role: Arc<ActorRole>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
@@ -141,8 +142,8 @@ async fn reconcile_inner(
         Err(e) => return Err(refused(ctx, role, &observed_before, &previous, e, &now).await),
     };
     if let (Some(why), Some(live)) = (paced, live.as_ref()) {
-        // Its turn comes when the rolling role's Deployment completes, which this role's
-        // controller does not watch: look again shortly.
+        // Its turn comes when the rolling role's Deployment completes: that Deployment's
+        // change wakes this role (`pacing::roles_to_wake`); the requeue is a safety net.
         info!(why = %why, "roll paced");
         let mut observed = RoleObservation::of(live, hosts);
         observed.paced = Some(why);

@@ -98,7 +98,13 @@ fn verdict(
         );
     }
     if let Some(message) = &o.paced {
-        return (false, true, false, "RollPaced".into(), message.clone());
+        return (
+            false,
+            true,
+            false,
+            super::pacing::PACED_REASON.into(),
+            message.clone(),
+        );
     }
     if o.generation.is_none() || o.observed_generation < o.generation {
         return (
