@@ -7,6 +7,11 @@
 //! not-after is refused without running (UNREACHABLE, not recorded), a turn whose think time
 //! would pass its not-after stops there and answers TIMEOUT, and a fence notice cancels every
 //! running turn the same way.
+//!
+//! Every activation sets a periodic timer in its Activate turn, as an SDK's `on_activate` would
+//! (through the production `Runtime::set_timer`); each tick is a turn of that activation, judged
+//! by the checker like any other: a tick that runs outside its activation, or after its host
+//! fenced, is a violation.
 
 use super::SimConfig;
 use super::host::ACTOR_TYPE;
@@ -16,7 +21,7 @@ use rand::{RngExt, SeedableRng};
 use sigx_proto::{ActorError, v1};
 use sigx_sidecar::clock::SharedClock;
 use sigx_sidecar::runtime::registry::{ActorType, Registry};
-use sigx_sidecar::runtime::{AppSession, Runtime};
+use sigx_sidecar::runtime::{ActorId, AppSession, Runtime, TimerSpec};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,13 +88,16 @@ impl SimApp {
             .map_err(|e| format!("app attach failed: {e}"))?;
         let gone = Arc::new(AtomicBool::new(false));
         tokio::spawn(serve(
-            session.clone(),
+            Served {
+                session: session.clone(),
+                runtime: runtime.clone(),
+                shared,
+                me,
+                cfg,
+                clock,
+                gone: gone.clone(),
+            },
             rx,
-            shared,
-            me,
-            cfg,
-            clock,
-            gone.clone(),
         ));
         Ok(Arc::new(SimApp { session, gone }))
     }
@@ -111,15 +119,31 @@ fn turn_error(turn_id: u64, kind: sigx_proto::ErrorKind, message: &str) -> v1::T
     }
 }
 
-async fn serve(
+/// What the app's serve loop works with.
+struct Served {
     session: Arc<AppSession>,
-    mut rx: mpsc::UnboundedReceiver<Result<v1::SidecarMessage, tonic::Status>>,
+    /// For the timers its Activate turns set.
+    runtime: Runtime,
     shared: Arc<Shared>,
     me: Arc<HostShared>,
     cfg: Arc<SimConfig>,
     clock: SharedClock,
     gone: Arc<AtomicBool>,
+}
+
+async fn serve(
+    served: Served,
+    mut rx: mpsc::UnboundedReceiver<Result<v1::SidecarMessage, tonic::Status>>,
 ) {
+    let Served {
+        session,
+        runtime,
+        shared,
+        me,
+        cfg,
+        clock,
+        gone,
+    } = served;
     let mut rng = StdRng::seed_from_u64(me.seed ^ 0x5151_aaaa);
     let fenced = tokio::sync::watch::channel(false).0;
     while let Some(msg) = rx.recv().await {
@@ -168,6 +192,11 @@ async fn serve(
                 );
                 Duration::from_millis(rng.random_range(0..=2))
             }
+            Some(v1::turn::Kind::Timer(_)) => {
+                shared.record(&me, Ev::TimerTick { act: act.clone() });
+                shared.record(&me, Ev::Turn { act });
+                Duration::from_millis(rng.random_range(cfg.turn_ms.0..=cfg.turn_ms.1))
+            }
             Some(v1::turn::Kind::Invoke(_) | v1::turn::Kind::Reminder(_)) => {
                 if let Some(v1::turn::Kind::Reminder(r)) = &turn.kind {
                     shared.record(
@@ -186,14 +215,21 @@ async fn serve(
                 shared.record(&me, Ev::ActEnd { act });
                 Duration::ZERO
             }
-            // The simulated app sets no timers.
-            Some(v1::turn::Kind::Timer(_)) | None => Duration::ZERO,
+            None => Duration::ZERO,
         };
+        // The timer an Activate sets: first tick soon, then a few per idle timeout.
+        let timer = matches!(turn.kind, Some(v1::turn::Kind::Activate(_))).then(|| TimerSpec {
+            name: "tick".into(),
+            due: Duration::from_millis(rng.random_range(20..=200)),
+            period: Some(Duration::from_millis(rng.random_range(150..=600))),
+            payload: bytes::Bytes::new(),
+        });
         // An Activate that does not complete leaves no activation in the app (an SDK keeps the
         // instance only once its on-activate returned): its interval ends with the answer.
         let activating = matches!(turn.kind, Some(v1::turn::Kind::Activate(_)))
             .then(|| turn.activation_id.clone());
         let session = session.clone();
+        let runtime = runtime.clone();
         let me = me.clone();
         let shared = shared.clone();
         let clock = clock.clone();
@@ -211,7 +247,16 @@ async fn serve(
             };
             unfrozen(&me).await;
             let late = not_after > 0 && clock.wall_unix_ms() >= not_after;
-            let failed = cancelled || late || think >= left;
+            let mut failed = cancelled || late || think >= left;
+            if let (Some(act), Some(timer)) = (&activating, timer)
+                && !failed
+                && let Some(actor) = &turn.actor
+            {
+                // A refusal (the activation is no longer live) fails the Activate, as an
+                // SDK's on_activate that raised would.
+                let id = ActorId::new(actor.actor_type.as_str(), actor.key.as_str());
+                failed = runtime.set_timer(&id, act, timer).is_err();
+            }
             if failed && let Some(act) = activating {
                 shared.record(&me, Ev::ActEnd { act });
             }

@@ -115,6 +115,11 @@ pub enum Ev {
         actor: String,
         name: String,
     },
+    /// The app received a tick of a timer its activation `act` set (a turn of that activation,
+    /// also recorded as [`Ev::Turn`]).
+    TimerTick {
+        act: String,
+    },
     /// A host's rebalancer asked `asked` idle activations to move (the production
     /// `Rebalancer::round`; only with `SimConfig::rebalance`).
     RebalanceAsked {
