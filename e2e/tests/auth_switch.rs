@@ -3,28 +3,15 @@
 //! restarts through `--accept-unsigned` and loses no call; going straight from insecure to a
 //! secret splits the mesh, and the strict host refuses its insecure peers (the broken variant).
 
-use sigx_e2e::chaos::ledger::{read_finals, start_load};
-use sigx_e2e::chaos::{Fleet, FleetConfig, MeshAuthStep, Report, client, trace};
+use sigx_e2e::chaos::ledger::start_load;
+use sigx_e2e::chaos::{Fleet, FleetConfig, MeshAuthStep};
 use std::time::Duration;
 
 const COUNTERS: usize = 60;
 
-fn actors() -> Vec<String> {
-    (0..COUNTERS).map(|k| format!("Counter/c{k}")).collect()
-}
-
 /// How often the sidecar logs of `fleet` contain `needle`.
 fn logged(fleet: &Fleet, needle: &str) -> usize {
-    fleet
-        .pods
-        .iter()
-        .map(|p| {
-            std::fs::read_to_string(fleet.log_path(&p.id, "sidecar"))
-                .unwrap_or_default()
-                .matches(needle)
-                .count()
-        })
-        .sum()
+    fleet.sidecar_logs_matching(needle).iter().sum()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,17 +36,14 @@ async fn insecure_to_a_secret_and_back_in_two_rolls_each_refuses_no_call() {
         handoffs.extend(fleet.rolling_restart().await);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let ledger = load.stop().await;
-    let live = fleet.pods.iter().find(|p| p.alive).unwrap().socket.clone();
-    let finals = read_finals(&client(&live), &actors()).await;
-    let mut report = Report::judge(
-        "auth switch: insecure → secret → insecure, four rolling restarts of 3 pods under load",
-        &ledger,
-        &finals,
-        trace::duplicate_activations(&fleet.trace_file()),
-    );
-    report.handoffs = handoffs;
-    println!("{}", report.render());
+    let report = fleet
+        .judge_load(
+            load,
+            COUNTERS,
+            "auth switch: insecure → secret → insecure, four rolling restarts of 3 pods under load",
+            handoffs,
+        )
+        .await;
     let refused = logged(&fleet, "unauthenticated: ");
     // The first roll's pods met the insecure hosts they replaced, and said so.
     let unsigned = logged(&fleet, "accepted an unsigned mesh request");
@@ -85,16 +69,11 @@ async fn skipping_the_accept_unsigned_roll_splits_the_mesh_and_calls_are_refused
     // Every pod's callers: the old hosts' requests to the strict one (directory partitions it
     // now owns, actors placed on it) are refused.
     let mut failed = 0;
-    for (i, pod) in fleet.pods.iter().enumerate() {
-        let c = client(&pod.socket).with_timeout(Duration::from_secs(2));
-        for k in (i..COUNTERS).step_by(fleet.pods.len()) {
-            if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &())
-                .await
-                .is_err()
-            {
-                failed += 1;
-            }
-        }
+    let pods = fleet.pods.len();
+    for i in 0..pods {
+        failed += fleet
+            .failed_gets_through(i, (i..COUNTERS).step_by(pods))
+            .await;
     }
     let refusals = logged(&fleet, "--accept-unsigned");
     fleet.shutdown().await;

@@ -5,44 +5,17 @@
 //! reload (`--secret-reload-ms 0`, the broken variant) the edit never takes effect and that pod
 //! is refused.
 
-use sigx_e2e::chaos::ledger::{read_finals, start_load};
-use sigx_e2e::chaos::{Fleet, FleetConfig, Report, client, trace};
+use sigx_e2e::chaos::ledger::start_load;
+use sigx_e2e::chaos::{Fleet, FleetConfig};
 use std::time::Duration;
 
 const COUNTERS: usize = 60;
 
-fn actors() -> Vec<String> {
-    (0..COUNTERS).map(|k| format!("Counter/c{k}")).collect()
-}
-
-/// How often the sidecar logs of `fleet` contain `needle`, per pod.
-fn logged(fleet: &Fleet, needle: &str) -> Vec<usize> {
-    fleet
-        .pods
-        .iter()
-        .map(|p| {
-            std::fs::read_to_string(fleet.log_path(&p.id, "sidecar"))
-                .unwrap_or_default()
-                .matches(needle)
-                .count()
-        })
-        .collect()
-}
-
 /// Calls through the last pod started: how many of `COUNTERS / 4` failed.
 async fn failed_through_newest(fleet: &Fleet) -> usize {
-    let newest = fleet.pods.last().unwrap();
-    let c = client(&newest.socket).with_timeout(Duration::from_secs(2));
-    let mut failed = 0;
-    for k in 0..COUNTERS / 4 {
-        if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &())
-            .await
-            .is_err()
-        {
-            failed += 1;
-        }
-    }
-    failed
+    fleet
+        .failed_gets_through(fleet.pods.len() - 1, 0..COUNTERS / 4)
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -73,28 +46,29 @@ async fn a_secret_rotated_in_place_under_load_restarts_nothing_and_refuses_no_ca
     //    still accept the old key of those that have not.
     fleet.edit_secrets_in_place(&new, None);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let ledger = load.stop().await;
-    let live = fleet.pods.iter().find(|p| p.alive).unwrap().socket.clone();
-    let finals = read_finals(&client(&live), &actors()).await;
-    let report = Report::judge(
-        "secret rotation in place: two file edits under load, no restart",
-        &ledger,
-        &finals,
-        trace::duplicate_activations(&fleet.trace_file()),
-    );
-    println!("{}", report.render());
+    let report = fleet
+        .judge_load(
+            load,
+            COUNTERS,
+            "secret rotation in place: two file edits under load, no restart",
+            Vec::new(),
+        )
+        .await;
     let still: Vec<String> = fleet
         .pods
         .iter()
         .filter(|p| p.alive)
         .map(|p| p.id.clone())
         .collect();
-    let reloaded = logged(&fleet, "signing with the edited key");
+    let reloaded = fleet.sidecar_logs_matching("signing with the edited key");
     // A pod that only knows the new key joins the rotated fleet.
     fleet.set_secrets(&new, None);
     fleet.spawn_pod().await;
     let failed = failed_through_newest(&fleet).await;
-    let refused = logged(&fleet, "unauthenticated: ").iter().sum::<usize>();
+    let refused: usize = fleet
+        .sidecar_logs_matching("unauthenticated: ")
+        .iter()
+        .sum();
     fleet.shutdown().await;
     assert_eq!(still, running, "a pod restarted");
     let live_reloads: Vec<usize> = fleet
@@ -130,7 +104,10 @@ async fn without_the_reload_an_edited_secret_never_takes_effect() {
     fleet.set_secrets(&new, None);
     fleet.spawn_pod().await;
     let failed = failed_through_newest(&fleet).await;
-    let wrong_mac = logged(&fleet, "carries a wrong MAC").iter().sum::<usize>();
+    let wrong_mac: usize = fleet
+        .sidecar_logs_matching("carries a wrong MAC")
+        .iter()
+        .sum();
     fleet.shutdown().await;
     assert!(failed > 0, "every call succeeded across a split mesh");
     assert!(wrong_mac > 0, "no host refused the new pod's key");

@@ -3,25 +3,17 @@
 //! the old — lose no call and never refuse a peer; skipping the first roll splits the mesh, and
 //! the calls that cross the split are refused as `unauthenticated` (the broken variant).
 
-use sigx_e2e::chaos::ledger::{read_finals, start_load};
-use sigx_e2e::chaos::{Fleet, FleetConfig, Report, client, trace};
+use sigx_e2e::chaos::ledger::start_load;
+use sigx_e2e::chaos::{Fleet, FleetConfig};
 use std::time::Duration;
 
 const COUNTERS: usize = 60;
 
-fn actors() -> Vec<String> {
-    (0..COUNTERS).map(|k| format!("Counter/c{k}")).collect()
-}
-
 fn rotating_sidecars(fleet: &Fleet) -> usize {
     fleet
-        .pods
+        .sidecar_logs_matching("mesh secret rotation in progress")
         .iter()
-        .filter(|p| {
-            std::fs::read_to_string(fleet.log_path(&p.id, "sidecar"))
-                .unwrap_or_default()
-                .contains("mesh secret rotation in progress")
-        })
+        .filter(|&&n| n > 0)
         .count()
 }
 
@@ -43,17 +35,14 @@ async fn a_secret_rotated_in_three_rolls_under_load_refuses_no_call() {
     fleet.set_secrets(&new, None);
     handoffs.extend(fleet.rolling_restart().await);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let ledger = load.stop().await;
-    let live = fleet.pods.iter().find(|p| p.alive).unwrap().socket.clone();
-    let finals = read_finals(&client(&live), &actors()).await;
-    let mut report = Report::judge(
-        "secret rotation: three rolling restarts of 3 pods under load",
-        &ledger,
-        &finals,
-        trace::duplicate_activations(&fleet.trace_file()),
-    );
-    report.handoffs = handoffs;
-    println!("{}", report.render());
+    let report = fleet
+        .judge_load(
+            load,
+            COUNTERS,
+            "secret rotation: three rolling restarts of 3 pods under load",
+            handoffs,
+        )
+        .await;
     // The six pods of rolls 1 and 2 ran with two secrets, the three of roll 3 with one.
     assert_eq!(rotating_sidecars(&fleet), 6);
     fleet.shutdown().await;
@@ -72,26 +61,14 @@ async fn skipping_the_accept_roll_splits_the_mesh_and_calls_are_refused() {
     let new_pod = fleet.spawn_pod().await;
     // Calls through the new pod need the directory, whose partitions are spread over every
     // host: the new pod cannot reach the old ones, nor they it.
-    let c = client(&fleet.pods[new_pod].socket).with_timeout(Duration::from_secs(2));
-    let mut failed = 0;
-    for k in 0..COUNTERS / 4 {
-        if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &())
-            .await
-            .is_err()
-        {
-            failed += 1;
-        }
-    }
+    let failed = fleet.failed_gets_through(new_pod, 0..COUNTERS / 4).await;
+    let new_id = fleet.pods[new_pod].id.clone();
     let refusals: usize = fleet
         .pods
         .iter()
-        .filter(|p| p.id != fleet.pods[new_pod].id)
-        .map(|p| {
-            std::fs::read_to_string(fleet.log_path(&p.id, "sidecar"))
-                .unwrap_or_default()
-                .matches("carries a wrong MAC")
-                .count()
-        })
+        .zip(fleet.sidecar_logs_matching("carries a wrong MAC"))
+        .filter(|(p, _)| p.id != new_id)
+        .map(|(_, n)| n)
         .sum();
     fleet.shutdown().await;
     assert!(failed > 0, "every call succeeded across a split mesh");

@@ -12,7 +12,7 @@ pub mod ledger;
 pub mod reminders;
 pub mod trace;
 
-pub use ledger::{Ledger, Outcome, Report};
+pub use ledger::{Ledger, Load, Outcome, Report};
 
 use rustix::process::{Pid, Signal, kill_process};
 use std::net::SocketAddr;
@@ -489,6 +489,59 @@ impl Fleet {
                 .expect("pods started with an accepted secret");
             swap(path, value);
         }
+    }
+
+    /// How often each pod's sidecar log (in [`Fleet::pods`] order) contains `needle`.
+    pub fn sidecar_logs_matching(&self, needle: &str) -> Vec<usize> {
+        self.pods
+            .iter()
+            .map(|p| {
+                std::fs::read_to_string(self.log_path(&p.id, "sidecar"))
+                    .unwrap_or_default()
+                    .matches(needle)
+                    .count()
+            })
+            .collect()
+    }
+
+    /// Calls `get` on `Counter/c<k>` for each k in `keys` through pod `i`'s socket, each with a
+    /// 2 s deadline; returns how many failed.
+    pub async fn failed_gets_through(&self, i: usize, keys: impl Iterator<Item = usize>) -> usize {
+        let c = client(&self.pods[i].socket).with_timeout(Duration::from_secs(2));
+        let mut failed = 0;
+        for k in keys {
+            if c.call_json::<(), i64>("Counter", &format!("c{k}"), "get", &())
+                .await
+                .is_err()
+            {
+                failed += 1;
+            }
+        }
+        failed
+    }
+
+    /// Stops `load` (on `Counter/c0..c<counters>`), reads the final values through a live pod
+    /// and judges the run, duplicate activations from the trace included; prints the report.
+    pub async fn judge_load(
+        &self,
+        load: Load,
+        counters: usize,
+        scenario: &str,
+        handoffs: Vec<Duration>,
+    ) -> Report {
+        let ledger = load.stop().await;
+        let live = self.pods.iter().find(|p| p.alive).expect("a live pod");
+        let actors: Vec<String> = (0..counters).map(|k| format!("Counter/c{k}")).collect();
+        let finals = ledger::read_finals(&client(&live.socket), &actors).await;
+        let mut report = Report::judge(
+            scenario,
+            &ledger,
+            &finals,
+            trace::duplicate_activations(&self.trace_file()),
+        );
+        report.handoffs = handoffs;
+        println!("{}", report.render());
+        report
     }
 
     /// A step of switching between `--insecure` and a secret: pods started from now on
