@@ -165,8 +165,14 @@ fn replay_fingerprint() {
 ///   recorded as an activation that never ended, so the next activation of the actor, 12 ms
 ///   later, looked like an overlap. An SDK keeps an instance only once its on-activate returned;
 ///   the simulated app now ends the interval with the failed Activate's answer.
+/// * 5005383 (the harness, not the sidecar): a simulated host's app re-attached in the same
+///   millisecond its rolling-restart leave began, and the re-attach's `Active` was written after
+///   the leave's `Leaving`. The host kept serving as active while its reminder owner had
+///   stopped, so two reminders of its shards never fired. The simulated host now writes its
+///   status in decision order and publishes nothing after its leave began, as the production
+///   host's single status loop does.
 const REGRESSION_SEEDS: &[u64] = &[
-    3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337, 4000219,
+    3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337, 4000219, 5005383,
 ];
 
 #[test]

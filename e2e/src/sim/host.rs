@@ -58,6 +58,12 @@ struct Parts {
     app: Mutex<Option<Arc<SimApp>>>,
     /// The reminder owner.
     reminders: sigx_sidecar::reminders::scheduler::Scheduler,
+    /// Held across each write of this host's status, so writes land in the order they were
+    /// decided: production decides its status in one loop and publishes nothing but `Leaving`
+    /// once its stop began. Without it an app re-attach racing a leave could publish `Active`
+    /// after `Leaving` (seed 5005383: a leaving host kept serving and its reminder shards
+    /// went unserved).
+    status_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// This incarnation's wall-clock skew within `cfg.wall_skew`, from its own seed.
@@ -332,6 +338,7 @@ pub async fn run(
         late_gate,
         app: Mutex::new(Some(app)),
         reminders: scheduler,
+        status_writes: Arc::default(),
     });
     tokio::spawn(fence_watch(parts.clone()));
     tokio::spawn(workload(parts.clone()));
@@ -474,8 +481,13 @@ impl Parts {
 
     fn publish_status(&self, status: HostStatus) {
         let m = self.membership.clone();
+        let (state, writes) = (self.state.clone(), self.status_writes.clone());
         tokio::spawn(async move {
-            let _ = m.set_status(status).await;
+            let _in_order = writes.lock().await;
+            if state.leaving() {
+                return; // the stop's `Leaving` is the last word
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(5), m.set_status(status)).await;
         });
     }
 
@@ -485,11 +497,16 @@ impl Parts {
     async fn leave(&self) {
         self.me.set_life(Life::Leaving);
         self.state.set_leaving();
-        let _ = tokio::time::timeout(
-            Duration::from_secs(5),
-            self.membership.set_status(HostStatus::Leaving),
-        )
-        .await;
+        {
+            // After any status write already decided (it lands first), before any later one
+            // (which sees `leaving` and publishes nothing).
+            let _in_order = self.status_writes.lock().await;
+            let _ = tokio::time::timeout(
+                Duration::from_secs(5),
+                self.membership.set_status(HostStatus::Leaving),
+            )
+            .await;
+        }
         let deadline = Instant::now() + Duration::from_secs(3);
         // As the host's stop does: claim nothing more, hand back what has not started.
         self.reminders.stop(deadline).await;
