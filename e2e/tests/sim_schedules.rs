@@ -151,3 +151,19 @@ fn s_wall_step_back_then_suspend_is_caught_on_two_clock_readings() {
         c.self_fence = SelfFence::TwoReadings;
     });
 }
+
+/// The platform without `CLOCK_BOOTTIME` keeps this blind spot: the schedule shows it is real
+/// (the host serves on after the resume and its activations overlap its peer's), so the boot
+/// clock is what closes it on Linux.
+#[test]
+fn s_wall_step_back_inside_a_suspend_is_caught_without_a_boot_clock() {
+    let n = named("S_wall_step_back_inside_a_suspend");
+    let mut cfg = config(&n, 1);
+    cfg.boot_clock = Some(false);
+    let r = sim::run(cfg);
+    assert!(
+        safety(&r).iter().any(|v| v.contains("overlap")),
+        "without a boot clock h1 should serve on after the resume and overlap h2:\n{}",
+        r.explain()
+    );
+}

@@ -26,6 +26,10 @@ struct State {
     wall_back: Duration,
     /// The host's skew against true time (see [`Skew`]).
     skew: Skew,
+    /// Whether the host has a boot clock (Linux `CLOCK_BOOTTIME`): true time since the
+    /// clock's start, frozen while suspended like the others and caught up on resume like the
+    /// wall clock, but never stepped and never skewed.
+    boot: bool,
 }
 
 /// How far a host's wall clock is off true time: `offset_ms` at its start (either way) and a
@@ -68,8 +72,16 @@ impl SimClock {
                 lost: Duration::ZERO,
                 wall_back: Duration::ZERO,
                 skew,
+                boot: false,
             })),
         }
+    }
+
+    /// The same clock with a boot clock (as on Linux). Without one, only the wall clock can
+    /// see a suspend, as on a platform without `CLOCK_BOOTTIME`.
+    pub fn with_boot_clock(self) -> Self {
+        self.state.lock().expect("clock lock").boot = true;
+        self
     }
 
     /// Freezes both clocks (inside the host's runtime).
@@ -82,10 +94,17 @@ impl SimClock {
 
     /// Resumes: the wall clock jumps to the true time, the monotonic one lost the span.
     pub fn resume(&self) {
+        self.resume_stepped_back(Duration::ZERO);
+    }
+
+    /// Resumes with the wall clock stepped back by `back` in the same instant, so no reading
+    /// falls between the suspend and the step (NTP correcting a clock right after a resume).
+    pub fn resume_stepped_back(&self, back: Duration) {
         let mut s = self.state.lock().expect("clock lock");
         if let Some(since) = s.suspended_since.take() {
             s.lost += Instant::now() - since;
         }
+        s.wall_back += back;
     }
 }
 
@@ -114,6 +133,11 @@ impl Clock for SimClock {
         } else {
             wall - error_abs
         }
+    }
+    fn boot(&self) -> Option<Duration> {
+        let s = self.state.lock().expect("clock lock");
+        let t = s.suspended_since.unwrap_or_else(Instant::now);
+        s.boot.then(|| t - s.origin)
     }
 }
 
@@ -156,6 +180,32 @@ mod tests {
             assert_eq!(behind.wall(), t - Duration::from_millis(5_050));
             // The monotonic side is never skewed.
             assert_eq!(ahead.now() - m0, Duration::from_secs(100));
+        });
+    }
+
+    #[test]
+    fn the_boot_clock_sees_a_suspend_that_a_wall_step_hides() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+            let clock = SimClock::new(origin).with_boot_clock();
+            assert_eq!(SimClock::new(origin).boot(), None);
+            let (m0, w0, b0) = (clock.now(), clock.wall(), clock.boot().unwrap());
+            clock.suspend();
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            assert_eq!(clock.boot().unwrap(), b0, "frozen while suspended");
+            assert_eq!(clock.wall(), w0, "frozen while suspended");
+            clock.resume_stepped_back(Duration::from_secs(30));
+            assert_eq!(clock.now(), m0, "the monotonic clock lost the suspend");
+            assert!(
+                clock.wall() < w0,
+                "the step hides the suspend on the wall side"
+            );
+            assert_eq!(clock.boot().unwrap() - b0, Duration::from_secs(20));
         });
     }
 }

@@ -38,6 +38,14 @@ pub enum Fault {
     /// clock does not move. Only in named schedules: adding it to the random mix would change
     /// every seed's schedule.
     WallStepBack { slot: usize, back_ms: u64 },
+    /// A VM suspend of one host, and on its resume its wall clock is stepped back by `back_ms`
+    /// (NTP correcting a clock that ran fast) before the host reads a clock again: the step
+    /// and the suspend land in one reading. Only in named schedules, as `WallStepBack`.
+    SuspendThenStepBack {
+        slot: usize,
+        dur_ms: u64,
+        back_ms: u64,
+    },
     /// Every mesh connection of one host is reset (messages in flight are lost).
     ResetConnections { slot: usize },
     /// A rolling restart: each serving host in turn is replaced (join, then graceful leave).
@@ -83,6 +91,7 @@ impl Fault {
             | Fault::FreezeFeed { dur_ms, .. }
             | Fault::Latency { dur_ms, .. }
             | Fault::Suspend { dur_ms, .. }
+            | Fault::SuspendThenStepBack { dur_ms, .. }
             | Fault::LaggingJoin { dur_ms, .. }
             | Fault::LaggingLeave { dur_ms, .. }
             | Fault::AppDetach { dur_ms, .. }
@@ -284,6 +293,35 @@ pub fn corpus() -> Vec<Named> {
                     Fault::Suspend {
                         slot: 0,
                         dur_ms: 3000,
+                    },
+                ),
+            ]),
+        },
+        Named {
+            name: "S_wall_step_back_inside_a_suspend",
+            what: "h1 loses the membership store; its VM is suspended for three TTLs, and on \
+                   the resume its wall clock is stepped back by 30 s before it reads a clock \
+                   again: the first reading after the resume has the wall side behind the last \
+                   one and the monotonic side unmoved, so the step hides the suspend from both, \
+                   whatever the odometer. Only a boot clock (Linux CLOCK_BOOTTIME) sees it; \
+                   without one h1 counts its lease valid and runs turns on actors h2 \
+                   re-activated meanwhile.",
+            hosts: 2,
+            actors: 16,
+            schedule: Schedule(vec![
+                at(
+                    1400,
+                    Fault::IsolateStore {
+                        slot: 0,
+                        dur_ms: 5000,
+                    },
+                ),
+                at(
+                    1800,
+                    Fault::SuspendThenStepBack {
+                        slot: 0,
+                        dur_ms: 3000,
+                        back_ms: 30_000,
                     },
                 ),
             ]),

@@ -80,6 +80,14 @@ fn host_skew(cfg: &SimConfig, seed: u64) -> super::clock::Skew {
     }
 }
 
+/// Whether this incarnation's platform has a boot clock (Linux `CLOCK_BOOTTIME`): as
+/// `cfg.boot_clock` says, or half of them, from their own seeds, so the wall-clock rule that
+/// guards a platform without one stays judged.
+fn host_has_boot_clock(cfg: &SimConfig, seed: u64) -> bool {
+    cfg.boot_clock
+        .unwrap_or_else(|| StdRng::seed_from_u64(seed ^ 0x000b_007c_10c4).random_bool(0.5))
+}
+
 /// The software of one simulated host (a turmoil host future).
 pub async fn run(
     shared: Arc<Shared>,
@@ -88,10 +96,13 @@ pub async fn run(
     cfg: Arc<SimConfig>,
 ) -> turmoil::Result {
     let id = me.id.clone();
-    let clock = SimClock::skewed(
+    let mut clock = SimClock::skewed(
         epoch() + Duration::from_millis(shared.now_ms()),
         host_skew(&cfg, me.seed),
     );
+    if host_has_boot_clock(&cfg, me.seed) {
+        clock = clock.with_boot_clock();
+    }
     let shared_clock: SharedClock = Arc::new(clock.clone());
     // Bind before joining (DESIGN.md §8).
     let listener = SimListener::bind(me.resets.clone()).await?;
@@ -354,7 +365,10 @@ pub async fn run(
     while let Some(cmd) = rx.recv().await {
         match cmd {
             Command::Suspend => parts.suspend(),
-            Command::Resume => parts.resume(),
+            Command::Resume { wall_back } => {
+                parts.clock.resume_stepped_back(wall_back);
+                parts.resume();
+            }
             Command::WallStepBack(d) => parts.clock.step_wall_back(d),
             Command::ResetConnections => me.resets.reset_all(),
             Command::Probe {

@@ -98,6 +98,10 @@ pub struct SimConfig {
     /// time (either way) and runs up to `ppm` fast or slow, drawn from the host's own seed (zero:
     /// every wall clock is true, and no draw is made, so seeds keep their histories).
     pub wall_skew: clock::Skew,
+    /// Whether hosts have a boot clock (Linux `CLOCK_BOOTTIME`): `None` gives one to half the
+    /// incarnations, drawn from each one's own seed, so the wall-clock rule a platform without
+    /// one relies on stays judged; `Some` sets it for every host (the regression corpus).
+    pub boot_clock: Option<bool>,
     /// An explicit fault schedule in place of the seed's random one (the regression corpus:
     /// one named schedule per hole, see [`faults::corpus`]). Random scenario only.
     pub schedule: Option<Schedule>,
@@ -132,6 +136,7 @@ impl SimConfig {
             state_check: state::StateCheck::Fenced,
             rebalance: false,
             wall_skew: clock::Skew::default(),
+            boot_clock: None,
             schedule: None,
         }
     }
@@ -314,7 +319,8 @@ enum Action {
     EndOutage,
     Unfreeze(String),
     LatencyNormal,
-    Resume(String),
+    /// Resume a suspended host, its wall clock stepped back by this much in the same instant.
+    Resume(String, Duration),
     AppAttach(String),
     OpenFeed(String),
 }
@@ -508,7 +514,20 @@ impl<'a> Driver<'a> {
             Fault::Suspend { slot, dur_ms } => {
                 if let Some(x) = self.slot(slot) {
                     self.send(&x, Command::Suspend);
-                    self.at(now + dur_ms, Action::Resume(x));
+                    self.at(now + dur_ms, Action::Resume(x, Duration::ZERO));
+                }
+            }
+            Fault::SuspendThenStepBack {
+                slot,
+                dur_ms,
+                back_ms,
+            } => {
+                if let Some(x) = self.slot(slot) {
+                    self.send(&x, Command::Suspend);
+                    self.at(
+                        now + dur_ms,
+                        Action::Resume(x, Duration::from_millis(back_ms)),
+                    );
                 }
             }
             Fault::ResetConnections { slot } => {
@@ -653,7 +672,7 @@ impl<'a> Driver<'a> {
                 self.frozen.retain(|i| *i != x);
             }
             Action::LatencyNormal => self.sim.set_max_message_latency(NORMAL_LATENCY),
-            Action::Resume(x) => self.send(&x, Command::Resume),
+            Action::Resume(x, wall_back) => self.send(&x, Command::Resume { wall_back }),
             Action::AppAttach(x) => {
                 self.detached.retain(|i| *i != x);
                 self.send(&x, Command::AppAttach);
@@ -685,7 +704,12 @@ impl<'a> Driver<'a> {
         self.hub.set_outage(false);
         self.sim.set_max_message_latency(NORMAL_LATENCY);
         for id in self.hosts_in(|h| h.is_suspended() && h.life() != Life::Crashed) {
-            self.send(&id, Command::Resume);
+            self.send(
+                &id,
+                Command::Resume {
+                    wall_back: Duration::ZERO,
+                },
+            );
         }
         // Drop pending fault actions; keep host starts/leaves already decided.
         self.actions

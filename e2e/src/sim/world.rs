@@ -157,7 +157,10 @@ pub struct LeaseTrack {
 #[derive(Debug)]
 pub enum Command {
     Suspend,
-    Resume,
+    /// Resume, the wall clock stepped back by `wall_back` in the same instant (zero: no step).
+    Resume {
+        wall_back: Duration,
+    },
     /// The host's wall clock steps back by this much (its monotonic clock does not move).
     WallStepBack(Duration),
     Leave,

@@ -3,18 +3,20 @@
 //! DESIGN.md §3 and the seed's "Writing a provider": `arm()` once before the first lease write,
 //! `beat()` before every write, `confirmed()` / `failed()` after it, `lost()` on proof that the
 //! record is gone. Suspicion is "the start of the last confirmed write is more than TTL ago" on
-//! the monotonic clock *or* the wall clock: a suspended VM's monotonic clock stands still (and so
-//! do the timers riding it), so only the wall clock notices the suspend.
+//! the monotonic clock *or* the wall (or boot) clock: a suspended VM's monotonic clock stands
+//! still (and so do the timers riding it), so only the wall and boot clocks notice the suspend.
 //!
-//! Elapsed time is read off an *odometer*, not off either clock alone: every time the clock is
-//! asked, the distance since the previous reading is added as the larger of the monotonic and the
-//! wall-clock advance (a wall clock that stepped back adds nothing). Comparing two far-apart
-//! readings of each clock is not enough: a wall clock stepped back by 30 s and then a 20 s
-//! suspend leave the wall side 10 s *behind* and the monotonic side unmoved, while 20 s really
-//! passed. The guard task asks the clock every check interval, so a step and a later suspend
-//! land in different readings. The price is on the safe side: a wall clock stepped back and then
-//! forward again inside one window counts the forward step as elapsed, and the host may fence
-//! early.
+//! Elapsed time is read off an *odometer*, not off any clock alone: every time the clock is
+//! asked, the distance since the previous reading is added as the largest of the monotonic, the
+//! wall-clock and the boot-clock advance (a wall clock that stepped back adds nothing). Comparing
+//! two far-apart readings of each clock is not enough: a wall clock stepped back by 30 s and then
+//! a 20 s suspend leave the wall side 10 s *behind* and the monotonic side unmoved, while 20 s
+//! really passed. The guard task asks the clock every check interval, so a step and a later
+//! suspend land in different readings. A step and a suspend inside *one* interval still cancel
+//! on the wall side; the boot clock (Linux `CLOCK_BOOTTIME`, see [`crate::clock`]) counts the
+//! suspend whatever the wall clock did, so only a platform without one keeps that blind spot.
+//! The price is on the safe side: a wall clock stepped back and then forward again inside one
+//! window counts the forward step as elapsed, and the host may fence early.
 //!
 //! Why the window counts from the *start* of a write: peers expire a host TTL (plus a drift
 //! margin) after they *observed* its write, which is never earlier than the write's start, so a
@@ -31,7 +33,8 @@ use tokio::time::Instant;
 pub enum FenceReason {
     /// The monotonic clock says the last confirmed write started more than TTL ago.
     SuspectMonotonic,
-    /// The wall clock says so while the monotonic clock may not (a suspended VM).
+    /// The wall clock or the boot clock says so while the monotonic clock may not (a suspended
+    /// VM). The short name stays `suspect-wall`, which dashboards and alerts already match.
     SuspectWall,
     /// Proof that the record is gone or held by someone else.
     Lost(LostCause),
@@ -76,8 +79,8 @@ impl fmt::Display for FenceReason {
                 f.write_str("suspect-monotonic: no lease write confirmed within the TTL")
             }
             FenceReason::SuspectWall => f.write_str(
-                "suspect-wall: the wall clock passed the TTL since the last confirmed lease write \
-                 (the machine was probably suspended)",
+                "suspect-wall: the wall clock or the boot clock passed the TTL since the last \
+                 confirmed lease write (the machine was probably suspended)",
             ),
             FenceReason::Lost(LostCause::Gone) => f.write_str("lost: the lease record is gone"),
             FenceReason::Lost(LostCause::HolderChanged { holder }) => {
@@ -100,8 +103,10 @@ impl std::error::Error for FenceReason {}
 struct Stamp {
     mono: Instant,
     wall: SystemTime,
+    /// The boot clock, where the platform has one.
+    boot: Option<Duration>,
     /// The odometer at this reading: elapsed time since the clock was created, each step the
-    /// larger of the monotonic and the (forward) wall-clock advance.
+    /// largest of the monotonic, the (forward) wall-clock and the boot-clock advance.
     odo: Duration,
 }
 
@@ -206,20 +211,30 @@ impl HeartbeatClock {
         }
     }
 
-    /// Reads both clocks and runs the odometer forward. Called with the state locked, so
+    /// Reads the clocks and runs the odometer forward. Called with the state locked, so
     /// readings are ordered.
     fn stamp(&self, s: &mut State) -> Stamp {
         let mono = self.clock.now();
         let wall = self.clock.wall();
+        let boot = self.clock.boot();
         let odo = match s.last {
             None => Duration::ZERO,
             Some(last) => {
                 let by_mono = mono.saturating_duration_since(last.mono);
                 let by_wall = wall.duration_since(last.wall).unwrap_or(Duration::ZERO);
-                last.odo + by_mono.max(by_wall)
+                let by_boot = match (last.boot, boot) {
+                    (Some(then), Some(now)) => now.saturating_sub(then),
+                    _ => Duration::ZERO,
+                };
+                last.odo + by_mono.max(by_wall).max(by_boot)
             }
         };
-        let now = Stamp { mono, wall, odo };
+        let now = Stamp {
+            mono,
+            wall,
+            boot,
+            odo,
+        };
         s.last = Some(now);
         now
     }
@@ -307,8 +322,9 @@ impl HeartbeatClock {
         let reason = if now.mono.saturating_duration_since(start.mono) > self.ttl {
             Some(FenceReason::SuspectMonotonic)
         } else if self.elapsed(&start, &now) > self.ttl {
-            // The odometer ran past the TTL while the monotonic clock did not: the wall clock
-            // saw time the monotonic clock missed (a suspend), even if it was stepped back too.
+            // The odometer ran past the TTL while the monotonic clock did not: the wall or the
+            // boot clock saw time the monotonic clock missed (a suspend), even if the wall
+            // clock was stepped back too.
             Some(FenceReason::SuspectWall)
         } else {
             None
@@ -510,6 +526,52 @@ mod tests {
         assert_eq!(hb.check(), Ok(()));
         clock.suspend(TTL);
         assert_eq!(hb.check(), Ok(()), "the broken rule sees no suspend");
+    }
+
+    /// A wall clock stepped back and a suspend inside *one* reading interval cancel on the wall
+    /// side: the odometer's blind spot with two clocks. The boot clock (Linux `CLOCK_BOOTTIME`)
+    /// counts the suspend however the wall clock moved.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspend_hidden_by_a_wall_step_in_one_reading_is_seen_by_the_boot_clock() {
+        /// Arms, then steps the wall back 30 s and suspends for longer than the TTL, with no
+        /// reading between.
+        fn step_and_suspend_unread(clock: &ManualClock) -> HeartbeatClock {
+            let hb = HeartbeatClock::new(Arc::new(clock.clone()), TTL);
+            hb.arm();
+            hb.beat();
+            hb.confirmed();
+            clock.step_wall_back(Duration::from_secs(30));
+            clock.suspend(TTL + Duration::from_secs(1));
+            hb
+        }
+
+        let linux = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_000_000)).with_boot_clock();
+        let hb = step_and_suspend_unread(&linux);
+        assert_eq!(hb.check(), Err(FenceReason::SuspectWall));
+        assert!(hb.valid_until().unwrap() <= linux.wall());
+        assert!(hb.deadline().unwrap() <= linux.now());
+
+        // Without a boot clock the same fault goes unseen: the blind spot this clock closes.
+        let (bootless, _) = fixture();
+        let hb = step_and_suspend_unread(&bootless);
+        assert_eq!(hb.check(), Ok(()), "two clocks cannot see this suspend");
+    }
+
+    /// The boot clock adds nothing while the machine runs: it advances with the monotonic clock,
+    /// so the lease window is the TTL, no shorter.
+    #[tokio::test(start_paused = true)]
+    async fn a_running_boot_clock_does_not_shorten_the_window() {
+        let clock = ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_000_000)).with_boot_clock();
+        let hb = HeartbeatClock::new(Arc::new(clock.clone()), TTL);
+        hb.arm();
+        tokio::time::sleep(TTL - Duration::from_millis(1)).await;
+        assert_eq!(hb.check(), Ok(()));
+        assert_eq!(
+            hb.deadline().unwrap() - clock.now(),
+            Duration::from_millis(1)
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(hb.check(), Err(FenceReason::SuspectMonotonic));
     }
 
     /// The deadline the guard task sleeps on comes forward by a suspend the clock has seen, so
