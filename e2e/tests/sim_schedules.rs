@@ -4,6 +4,7 @@
 //! violation) with its fix switched off.
 
 use sigx_e2e::sim::faults::{Named, corpus};
+use sigx_e2e::sim::world::Ev;
 use sigx_e2e::sim::{self, Promise, SimConfig, SimReport};
 use sigx_sidecar::directory::ProtocolFaults;
 use sigx_sidecar::membership::{DeletionCheck, ExpiryCheck, SelfFence};
@@ -150,6 +151,33 @@ fn s_wall_step_back_then_suspend_is_caught_on_two_clock_readings() {
     caught("S_wall_step_back_then_suspend", |c| {
         c.self_fence = SelfFence::TwoReadings;
     });
+}
+
+/// With a boot clock the suspended host fences at the instant it resumes, however its wall
+/// clock was stepped, and its app refuses the turns it had queued before the suspend by their
+/// boot-clock not-after (`Turn.not_after_boot_ms`), which the step cannot move.
+#[test]
+fn s_wall_step_back_inside_a_suspend_is_clean_with_a_boot_clock() {
+    clean("S_wall_step_back_inside_a_suspend", |c| {
+        c.boot_clock = Some(true)
+    });
+    let n = named("S_wall_step_back_inside_a_suspend");
+    let resume_ms = 1800 + 3000;
+    for seed in SEEDS {
+        let mut cfg = config(&n, seed);
+        cfg.boot_clock = Some(true);
+        let r = sim::run(cfg);
+        let fenced_at_resume = r.history.iter().any(|e| {
+            e.t_ms == resume_ms
+                && matches!(&e.ev, Ev::Fenced { host, reason }
+                    if host == "h1" && reason.starts_with("suspect-wall"))
+        });
+        assert!(
+            fenced_at_resume,
+            "seed {seed}: h1 did not fence on resume:\n{}",
+            r.explain()
+        );
+    }
 }
 
 /// The platform without `CLOCK_BOOTTIME` keeps this blind spot: the schedule shows it is real

@@ -398,7 +398,7 @@ impl App {
             workers: self.workers,
             client,
             host_id: Mutex::new(Arc::from("")),
-            wall: crate::bound::system_wall(),
+            clocks: crate::bound::TurnClocks::system(),
             fence: tokio::sync::watch::channel(0).0,
         }
     }
@@ -414,8 +414,8 @@ pub struct Dispatcher {
     workers: BTreeMap<String, Arc<WorkerType>>,
     client: Client,
     host_id: Mutex<Arc<str>>,
-    /// The wall clock turns' not-afters are judged by.
-    wall: crate::bound::WallClock,
+    /// The clocks turns' not-afters are judged by.
+    clocks: crate::bound::TurnClocks,
     /// Bumped by every fence notice: running handlers watch it and stop.
     fence: tokio::sync::watch::Sender<u64>,
 }
@@ -423,7 +423,14 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Judges not-afters by `wall` instead of the system's wall clock (for tests).
     pub fn with_wall_clock(mut self, wall: crate::bound::WallClock) -> Self {
-        self.wall = wall;
+        self.clocks.wall = wall;
+        self
+    }
+
+    /// Judges not-afters by `boot` instead of the system's boot clock (for tests; `|| None`
+    /// for a platform without one).
+    pub fn with_boot_clock(mut self, boot: crate::bound::BootClock) -> Self {
+        self.clocks.boot = boot;
         self
     }
 
@@ -466,18 +473,16 @@ impl Dispatcher {
         use crate::bound::{self, Bounded};
         let turn_id = turn.turn_id;
         let not_after = bound::not_after_of(&turn);
-        let now = (self.wall)();
-        if let Some(at) = not_after
-            && let Ok(late_by) = now.duration_since(at)
-        {
+        let now = (self.clocks.wall)();
+        if let Some(late_by) = self.clocks.past(&not_after) {
             return bound::refused(turn_id, late_by);
         }
         let fence = self.fence.subscribe();
         let batch = Arc::new(std::sync::Mutex::new(crate::storage::Batch::default()));
-        let outcome = match self.prepare(turn, not_after, now, &batch) {
+        let outcome = match self.prepare(turn, not_after.wall, now, &batch) {
             Ok(run) => {
                 let run = std::panic::AssertUnwindSafe(run).catch_unwind();
-                match bound::run_bounded(run, not_after, &self.wall, fence).await {
+                match bound::run_bounded(run, not_after, &self.clocks, fence).await {
                     Bounded::Done(Ok(result)) => result,
                     Bounded::Done(Err(panic)) => Err(ActorError::app(format!(
                         "the handler panicked: {}",

@@ -61,7 +61,7 @@ mod timers;
 mod worker;
 
 pub use app::{ActorType, App, Dispatcher};
-pub use bound::WallClock;
+pub use bound::{BootClock, WallClock};
 pub use client::{ActorHandle, Client, Subscription, WorkerOn};
 pub use connect::{ConnectError, DEFAULT_SOCKET, SOCKET_ENV, SidecarChannel, socket_from_env};
 pub use context::{ActorContext, Context};

@@ -25,6 +25,7 @@ fn turn(id: u64, key: &str, activation: &str, kind: turn::Kind) -> v1::Turn {
         activation_id: activation.into(),
         timeout_ms: 0,
         not_after_unix_ms: 0,
+        not_after_boot_ms: 0,
         epoch: 1,
         kind: Some(kind),
         trace: None,

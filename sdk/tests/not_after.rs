@@ -84,6 +84,7 @@ fn turn(id: u64, kind: turn::Kind, not_after_unix_ms: i64) -> v1::Turn {
         activation_id: "act-1".into(),
         timeout_ms: 30_000,
         not_after_unix_ms,
+        not_after_boot_ms: 0,
         epoch: 1,
         kind: Some(kind),
         trace: None,
@@ -215,4 +216,98 @@ async fn without_a_not_after_an_old_sidecars_turn_runs_to_the_end() {
     let r = d.handle(slow(2, 0)).await;
     assert!(matches!(r.outcome, Some(turn_result::Outcome::Ok(_))));
     assert_eq!(probe.finished.load(Ordering::SeqCst), 1);
+}
+
+/// A boot clock that moves with (paused) tokio time plus a suspend the test adds; the wall
+/// clock of [`TestWall`] gets the same suspend and a step back on top.
+fn boot_clock(wall: &TestWall, suspended: Arc<std::sync::Mutex<Duration>>) -> sigx_sdk::BootClock {
+    let origin = wall.origin;
+    Arc::new(move || {
+        Some(Duration::from_secs(1_000) + (Instant::now() - origin) + *suspended.lock().unwrap())
+    })
+}
+
+fn boot_ms_from_now(boot: &sigx_sdk::BootClock, d: Duration) -> u64 {
+    (boot().unwrap() + d).as_millis() as u64
+}
+
+/// Regression (issue 12, simulator schedule `S_wall_step_back_inside_a_suspend`): a turn queued
+/// before a VM suspend, read at the resume after NTP stepped the wall clock back. By the wall
+/// clock it is still in time; by the boot clock it is 3 s past its not-after, and peers may
+/// hold the actor. It is refused and never runs.
+#[tokio::test(start_paused = true)]
+async fn a_turn_past_its_boot_not_after_is_refused_though_the_wall_clock_was_stepped_back() {
+    let wall = TestWall::new();
+    let suspended = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let boot = boot_clock(&wall, suspended.clone());
+    let probe = Arc::new(Probe {
+        started: AtomicUsize::new(0),
+        finished: AtomicUsize::new(0),
+    });
+    let d = app(probe.clone())
+        .into_dispatcher(Client::lazy("/nonexistent/sigx-sdk-test.sock"))
+        .with_wall_clock(wall.clock())
+        .with_boot_clock(boot.clone());
+    d.handle(activate(&wall)).await;
+    let mut queued = slow(2, wall.ms_from_now(Duration::from_secs(1)));
+    queued.not_after_boot_ms = boot_ms_from_now(&boot, Duration::from_secs(1));
+    // A 4 s suspend, and the wall clock stepped back 30 s at the resume.
+    *suspended.lock().unwrap() += Duration::from_secs(4);
+    {
+        let mut jump = wall.jump.lock().unwrap();
+        *jump += Duration::from_secs(4);
+        *jump = jump.saturating_sub(Duration::from_secs(30));
+    }
+    let r = d.handle(queued.clone()).await;
+    let (kind, message) = error_kind(&r);
+    assert_eq!(kind, ErrorKind::Unreachable, "{message}");
+    assert_eq!(
+        probe.started.load(Ordering::SeqCst),
+        0,
+        "no handler code ran"
+    );
+
+    // The same turn on a platform without a boot clock: only the wall clock judges, and it
+    // was fooled. This is what the boot clock is for.
+    let bootless = app(probe.clone())
+        .into_dispatcher(Client::lazy("/nonexistent/sigx-sdk-test.sock"))
+        .with_wall_clock(wall.clock())
+        .with_boot_clock(Arc::new(|| None));
+    bootless.handle(activate(&wall)).await;
+    let running = tokio::spawn(async move { bootless.handle(queued).await });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        probe.started.load(Ordering::SeqCst),
+        1,
+        "the wall clock let it run"
+    );
+    running.abort();
+}
+
+/// A handler still running when the boot clock passes its not-after is cancelled, whatever the
+/// wall clock says.
+#[tokio::test(start_paused = true)]
+async fn a_running_handler_is_cancelled_at_its_boot_not_after() {
+    let wall = TestWall::new();
+    let boot = boot_clock(&wall, Arc::default());
+    let probe = Arc::new(Probe {
+        started: AtomicUsize::new(0),
+        finished: AtomicUsize::new(0),
+    });
+    let d = Arc::new(
+        app(probe.clone())
+            .into_dispatcher(Client::lazy("/nonexistent/sigx-sdk-test.sock"))
+            .with_wall_clock(wall.clock())
+            .with_boot_clock(boot.clone()),
+    );
+    d.handle(activate(&wall)).await;
+    // The wall bound is far; the boot bound is 1 s away.
+    let mut t = slow(2, wall.ms_from_now(Duration::from_secs(60)));
+    t.not_after_boot_ms = boot_ms_from_now(&boot, Duration::from_secs(1));
+    let started = Instant::now();
+    let r = d.handle(t).await;
+    assert_eq!(error_kind(&r).0, ErrorKind::Timeout);
+    assert!(Instant::now() - started <= Duration::from_millis(1_100));
+    assert_eq!(probe.started.load(Ordering::SeqCst), 1);
+    assert_eq!(probe.finished.load(Ordering::SeqCst), 0);
 }

@@ -3,8 +3,9 @@
 //! (the activations' start and end), and answers them after a short, seeded think time. While
 //! its host is suspended it reads and answers nothing (it is in the same VM).
 //!
-//! It is a compliant app (app.proto, `Turn.not_after_unix_ms`): a turn it reads at or past its
-//! not-after is refused without running (UNREACHABLE, not recorded), a turn whose think time
+//! It is a compliant app (app.proto, `Turn.not_after_unix_ms` and, where its host has a boot
+//! clock, `Turn.not_after_boot_ms`): a turn it reads at or past its not-after on either clock
+//! is refused without running (UNREACHABLE, not recorded), a turn whose think time
 //! would pass its not-after stops there and answers TIMEOUT, and a fence notice cancels every
 //! running turn the same way.
 //!
@@ -166,7 +167,14 @@ async fn serve(
         };
         let not_after = turn.not_after_unix_ms;
         let now = clock.wall_unix_ms();
-        if not_after > 0 && now >= not_after {
+        let boot_not_after = turn.not_after_boot_ms;
+        let past_on_boot = move |clock: &SharedClock| {
+            boot_not_after > 0
+                && clock
+                    .boot()
+                    .is_some_and(|b| b.as_millis() as u64 >= boot_not_after)
+        };
+        if (not_after > 0 && now >= not_after) || past_on_boot(&clock) {
             session.complete(turn_error(
                 turn.turn_id,
                 sigx_proto::ErrorKind::Unreachable,
@@ -236,17 +244,22 @@ async fn serve(
         let mut fenced = fenced.subscribe();
         tokio::spawn(async move {
             // Stop at the not-after: the think time is capped there.
-            let left = if not_after > 0 {
+            let mut left = if not_after > 0 {
                 Duration::from_millis((not_after - now).max(0) as u64)
             } else {
                 Duration::MAX
             };
+            if let (true, Some(b)) = (boot_not_after > 0, clock.boot()) {
+                left = left.min(Duration::from_millis(
+                    boot_not_after.saturating_sub(b.as_millis() as u64),
+                ));
+            }
             let cancelled = tokio::select! {
                 _ = tokio::time::sleep(think.min(left)) => false,
                 _ = fenced.wait_for(|f| *f) => true,
             };
             unfrozen(&me).await;
-            let late = not_after > 0 && clock.wall_unix_ms() >= not_after;
+            let late = (not_after > 0 && clock.wall_unix_ms() >= not_after) || past_on_boot(&clock);
             let mut failed = cancelled || late || think >= left;
             if let (Some(act), Some(timer)) = (&activating, timer)
                 && !failed

@@ -358,6 +358,7 @@ mod tests {
             activation_id: activation.into(),
             timeout_ms: 0,
             not_after_unix_ms: 0,
+            not_after_boot_ms: 0,
             epoch: 0,
             kind: Some(kind),
             trace: None,

@@ -22,9 +22,19 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) (stop func() bool)
 }
 
+// BootClock is an optional second method of a Clock: the machine's boot clock (Linux
+// CLOCK_BOOTTIME), which a suspend advances and no wall-clock step moves. A Clock that has it
+// judges turns by Turn.not_after_boot_ms too, so a wall clock stepped back across a VM suspend
+// cannot make a turn queued before the suspend look in time. ok is false where there is none.
+type BootClock interface {
+	Boot() (since time.Duration, ok bool)
+}
+
 type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
+
+func (wallClock) Boot() (time.Duration, bool) { return systemBoot() }
 func (wallClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
 }

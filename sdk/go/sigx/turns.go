@@ -151,6 +151,21 @@ func (s *session) start(t *pb.Turn) {
 	}
 }
 
+// bootLeft is the time left before a boot-clock not-after (nil: not set, or the Clock has no
+// boot clock).
+func (s *session) bootLeft(notAfterBootMs uint64) *time.Duration {
+	bc, ok := s.opts.Clock.(BootClock)
+	if notAfterBootMs == 0 || !ok {
+		return nil
+	}
+	now, ok := bc.Boot()
+	if !ok {
+		return nil
+	}
+	left := time.Duration(notAfterBootMs)*time.Millisecond - now
+	return &left
+}
+
 // begin does the part of turn t that follows the stream's order: it refuses the turn (fenced,
 // or read at or past its not-after: answered at once, and begin returns nil) or registers it as
 // running, cancellable by the fence and bounded by its not-after. It returns the rest of the
@@ -172,11 +187,24 @@ func (s *session) begin(t *pb.Turn) func() {
 			"the turn was read %d ms past its not-after; it never ran", now.UnixMilli()-na)}, nil)
 		return nil
 	}
-	info := TurnInfo{Actor: ActorRef{Type: t.GetActor().GetActorType(), Key: t.GetActor().GetKey()},
-		ActivationID: t.GetActivationId(), Epoch: t.GetEpoch()}
+	var deadline time.Time // the earlier of the two bounds, on the wall clock (zero: none)
 	if na != 0 {
-		info.NotAfter = time.UnixMilli(na)
+		deadline = time.UnixMilli(na)
 	}
+	bootLeft := s.bootLeft(t.GetNotAfterBootMs())
+	if bootLeft != nil {
+		if *bootLeft <= 0 {
+			s.answer(id, nil, &pb.TurnError{Kind: pb.ErrorKind_ERROR_KIND_UNREACHABLE, Message: fmt.Sprintf(
+				"the turn was read %d ms past its not-after on the boot clock; it never ran",
+				(-*bootLeft).Milliseconds())}, nil)
+			return nil
+		}
+		if byBoot := now.Add(*bootLeft); deadline.IsZero() || byBoot.Before(deadline) {
+			deadline = byBoot
+		}
+	}
+	info := TurnInfo{Actor: ActorRef{Type: t.GetActor().GetActorType(), Key: t.GetActor().GetKey()},
+		ActivationID: t.GetActivationId(), Epoch: t.GetEpoch(), NotAfter: deadline}
 	if tr := t.GetTrace(); tr.GetTraceparent() != "" {
 		info.Trace = TraceContext{Traceparent: tr.GetTraceparent(), Tracestate: tr.GetTracestate()}
 	}
@@ -189,8 +217,8 @@ func (s *session) begin(t *pb.Turn) func() {
 	rt := &runningTurn{s: s, id: id}
 	rt.ctx, rt.cancel = context.WithCancelCause(tc)
 	stop := func() bool { return false }
-	if na != 0 {
-		stop = s.opts.Clock.AfterFunc(time.UnixMilli(na).Sub(now), func() { rt.abort(errNotAfter) })
+	if !deadline.IsZero() {
+		stop = s.opts.Clock.AfterFunc(deadline.Sub(now), func() { rt.abort(errNotAfter) })
 	}
 	s.mu.Lock()
 	if s.gone {
@@ -217,7 +245,8 @@ func (s *session) begin(t *pb.Turn) func() {
 		if ctx.Err() != nil {
 			return // answered by abort, or the stream is gone
 		}
-		if na != 0 && s.opts.Clock.Now().UnixMilli() >= na {
+		if left := s.bootLeft(t.GetNotAfterBootMs()); (na != 0 && s.opts.Clock.Now().UnixMilli() >= na) ||
+			(left != nil && *left <= 0) {
 			rt.abort(errNotAfter) // finished past not-after: never ok
 			return
 		}

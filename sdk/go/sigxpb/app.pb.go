@@ -2187,7 +2187,7 @@ type Turn struct {
 	// host's lease validity minus its drift margin. Past it, another host may hold the actor.
 	// 0 = not set (an older sidecar): no bound beyond `timeout_ms`.
 	//
-	// What a compliant app does with it (the Rust SDK does all of it):
+	// What a compliant app does with it (every SDK does all of it, with `not_after_boot_ms` too):
 	//   - A turn *received* at or after `not_after_unix_ms` is refused without running any code:
 	//     answer TurnError { kind: UNREACHABLE } ("never ran").
 	//   - A turn still running at `not_after_unix_ms` is cancelled: answer TurnError { kind:
@@ -2203,6 +2203,14 @@ type Turn struct {
 	// external writes with the activation's epoch (the state store's fencing token, issue 13 /
 	// DESIGN.md §11) — the store refuses a stale epoch — or with `activation_id` until then.
 	NotAfterUnixMs int64 `protobuf:"varint,8,opt,name=not_after_unix_ms,json=notAfterUnixMs,proto3" json:"not_after_unix_ms,omitempty"`
+	// The same bound on the machine's boot clock (Linux `CLOCK_BOOTTIME`, in milliseconds): it
+	// runs on across a VM suspend like the wall clock but no wall-clock step moves it. A wall
+	// clock stepped back across a suspend makes `not_after_unix_ms` look later than it is (the
+	// app would run turns it had queued before the suspend, at the resume, after peers took the
+	// actors over); this one cannot. An app that can read `CLOCK_BOOTTIME` judges a turn by both
+	// and refuses or cancels at whichever passes first. 0 = not set (an older sidecar, or a
+	// platform without a boot clock).
+	NotAfterBootMs uint64 `protobuf:"varint,13,opt,name=not_after_boot_ms,json=notAfterBootMs,proto3" json:"not_after_boot_ms,omitempty"`
 	// The activation's epoch, taken from the state store when it activated: strictly greater than
 	// every earlier epoch of this actor, fleet-wide and forever (DESIGN.md §11). Every turn of one
 	// activation carries the same epoch. Use it as the fencing token for systems outside sigx:
@@ -2288,6 +2296,13 @@ func (x *Turn) GetTimeoutMs() uint64 {
 func (x *Turn) GetNotAfterUnixMs() int64 {
 	if x != nil {
 		return x.NotAfterUnixMs
+	}
+	return 0
+}
+
+func (x *Turn) GetNotAfterBootMs() uint64 {
+	if x != nil {
+		return x.NotAfterBootMs
 	}
 	return 0
 }
@@ -3539,14 +3554,15 @@ const file_sigx_actors_v1_app_proto_rawDesc = "" +
 	"\n" +
 	"Registered\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12*\n" +
-	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xa3\x04\n" +
+	"\x11max_payload_bytes\x18\x02 \x01(\x04R\x0fmaxPayloadBytes\"\xce\x04\n" +
 	"\x04Turn\x12\x17\n" +
 	"\aturn_id\x18\x01 \x01(\x04R\x06turnId\x12.\n" +
 	"\x05actor\x18\x02 \x01(\v2\x18.sigx.actors.v1.ActorRefR\x05actor\x12#\n" +
 	"\ractivation_id\x18\x03 \x01(\tR\factivationId\x12\x1d\n" +
 	"\n" +
 	"timeout_ms\x18\x04 \x01(\x04R\ttimeoutMs\x12)\n" +
-	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x12\x14\n" +
+	"\x11not_after_unix_ms\x18\b \x01(\x03R\x0enotAfterUnixMs\x12)\n" +
+	"\x11not_after_boot_ms\x18\r \x01(\x04R\x0enotAfterBootMs\x12\x14\n" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x122\n" +
 	"\x05trace\x18\f \x01(\v2\x1c.sigx.actors.v1.TraceContextR\x05trace\x126\n" +
 	"\bactivate\x18\x05 \x01(\v2\x18.sigx.actors.v1.ActivateH\x00R\bactivate\x120\n" +

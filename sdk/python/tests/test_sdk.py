@@ -210,6 +210,46 @@ def test_a_running_turn_is_cancelled_at_not_after_and_answers_timeout() -> None:
     run(main())
 
 
+def test_a_turn_past_its_boot_not_after_is_refused_though_the_wall_clock_says_in_time() -> None:
+    """Regression (issue 12, schedule S_wall_step_back_inside_a_suspend): a turn queued before a
+    VM suspend, read at the resume after the wall clock was stepped back. The wall clock says
+    it is in time; the boot clock says it is past, and refuses it."""
+    async def main() -> None:
+        wall, boot = FakeClock(10_000), FakeClock(500_000)
+        d = Dispatcher([type_def(Counter)], client=None, clock=wall,  # type: ignore[arg-type]
+                       boot_clock=boot)
+        t = _turn("activate", not_after=10_500)
+        t.not_after_boot_ms = 500_500
+        wall.now -= 30_000 - 4_000  # a 4 s suspend, the wall clock stepped back 30 s
+        boot.now += 4_000
+        r = await d.handle(t)
+        assert r.error.kind == errors_pb2.ERROR_KIND_UNREACHABLE, r
+        assert "boot clock" in r.error.message
+        assert not d.activations, "the refused Activate ran"
+        # Without a boot clock the same turn runs: the wall clock alone was fooled.
+        bootless = Dispatcher([type_def(Counter)], client=None, clock=wall,  # type: ignore[arg-type]
+                              boot_clock=lambda: None)
+        r = await bootless.handle(t)
+        assert r.WhichOneof("outcome") == "ok" and bootless.activations
+
+    run(main())
+
+
+def test_a_running_turn_is_cancelled_at_its_boot_not_after() -> None:
+    async def main() -> None:
+        d = Dispatcher([type_def(Counter)], client=None, clock=FakeClock(10_000),  # type: ignore[arg-type]
+                       boot_clock=FakeClock(500_000))
+        await d.handle(_turn("activate", not_after=0))
+        CANCELLED.clear()
+        t = _turn("invoke", not_after=70_000)  # the wall bound is a minute away
+        t.not_after_boot_ms = 500_100
+        r = await d.handle(t)
+        assert r.error.kind == errors_pb2.ERROR_KIND_TIMEOUT
+        assert CANCELLED == ["k"]
+
+    run(main())
+
+
 def test_a_fence_cancels_running_turns_and_drops_activations() -> None:
     async def main() -> None:
         d = Dispatcher([type_def(Counter)], client=None, clock=FakeClock(0))  # type: ignore[arg-type]

@@ -7,18 +7,54 @@ import { reminderFromWire, Reminders, type ReminderApi } from './reminders.js';
 import { tickFromWire, Timers, type TimerApi } from './timers.js';
 import { Storage, type StateReader, type WireWrite } from './storage.js';
 import { traceFromWire, withTrace } from './trace.js';
+import { closeSync, openSync, readSync } from 'node:fs';
 
-/** Unix milliseconds on the pod's wall clock, and a timer on it. Injected by tests. */
+/**
+ * Unix milliseconds on the pod's wall clock, and a timer on it; and, where the platform has one,
+ * milliseconds on the machine's boot clock (Linux `CLOCK_BOOTTIME`), which a suspend advances
+ * and no wall-clock step moves. Injected by tests.
+ */
 export interface Clock {
   now(): number;
   setTimer(ms: number, fn: () => void): () => void;
+  boot?(): number | undefined;
 }
+
+let uptimeFd: number | null | undefined;
+const uptimeBuf = Buffer.alloc(64);
+
+/**
+ * `CLOCK_BOOTTIME` in milliseconds, read off `/proc/uptime` (Node has no clock_gettime for it):
+ * one pread of an open file, ~1 µs. The file counts in hundredths of a second, rounded down;
+ * 10 ms are added so the reading is never behind the clock (a turn is refused early, never late).
+ */
+export function bootClockMs(): number | undefined {
+  if (uptimeFd === undefined) {
+    try {
+      uptimeFd = process.platform === 'linux' ? openSync('/proc/uptime', 'r') : null;
+    } catch {
+      uptimeFd = null;
+    }
+  }
+  if (uptimeFd === null) return undefined;
+  try {
+    const n = readSync(uptimeFd, uptimeBuf, 0, uptimeBuf.length, 0);
+    const seconds = parseFloat(uptimeBuf.toString('latin1', 0, n));
+    return Number.isFinite(seconds) ? Math.round(seconds * 1000) + 10 : undefined;
+  } catch {
+    closeSync(uptimeFd);
+    uptimeFd = null;
+    return undefined;
+  }
+}
+
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(ms, fn) {
     const t = setTimeout(fn, Math.max(0, ms));
     return () => clearTimeout(t);
   },
+  boot: bootClockMs,
 };
 
 /** A Turn as @grpc/proto-loader decodes it (longs as strings, enums as names, oneofs named). */
@@ -27,6 +63,8 @@ export interface WireTurn {
   actor: { actorType: string; key: string };
   activationId: string;
   notAfterUnixMs: string | number;
+  /** The same bound on the boot clock (0 or absent: not set). */
+  notAfterBootMs?: string | number;
   /** The activation's epoch (0 for workers and sidecars without state). */
   epoch?: string | number;
   kind: 'activate' | 'invoke' | 'deactivate' | 'reminder' | 'timer';
@@ -111,15 +149,28 @@ export class Dispatcher {
 
   /**
    * Runs one turn and resolves with its answer; never rejects. A turn read at or past its
-   * not-after is refused (UNREACHABLE: it never ran); one still running at its not-after is
-   * aborted and answered TIMEOUT at once, never `ok` (it may have run in part).
+   * not-after, on the wall clock or the boot clock, is refused (UNREACHABLE: it never ran); one
+   * still running at its not-after is aborted and answered TIMEOUT at once, never `ok` (it may
+   * have run in part). The boot clock is what catches a turn queued before a VM suspend when
+   * the wall clock was stepped back across it.
    */
   handle(turn: WireTurn): Promise<WireResult> {
-    const notAfter = Number(turn.notAfterUnixMs || 0);
+    let notAfter = Number(turn.notAfterUnixMs || 0);
     const now = this.clock.now();
     if (notAfter !== 0 && now >= notAfter) {
       return Promise.resolve(err(turn.turnId, 'UNREACHABLE',
         `turn ${turn.turnId} reached the app ${now - notAfter} ms past its not-after; it never ran`));
+    }
+    const bootNotAfter = Number(turn.notAfterBootMs || 0);
+    const boot = bootNotAfter !== 0 ? this.clock.boot?.() : undefined;
+    if (boot !== undefined) {
+      if (boot >= bootNotAfter) {
+        return Promise.resolve(err(turn.turnId, 'UNREACHABLE',
+          `turn ${turn.turnId} reached the app ${boot - bootNotAfter} ms past its not-after on the boot clock; it never ran`));
+      }
+      // The earlier of the two bounds, as a wall-clock instant for the timer below.
+      const byBoot = now + (bootNotAfter - boot);
+      notAfter = notAfter === 0 ? byBoot : Math.min(notAfter, byBoot);
     }
     const def = this.types.get(turn.actor.actorType);
     if (!def) {

@@ -75,6 +75,65 @@ test('a handler still running at not-after is aborted and answered TIMEOUT, neve
   release();
 });
 
+test('a turn past its boot-clock not-after is refused though the wall clock was stepped back', async () => {
+  // Regression (issue 12, schedule S_wall_step_back_inside_a_suspend): queued before a 4 s VM
+  // suspend, read at the resume after the wall clock was stepped back 30 s.
+  const clock = fakeClock();
+  let boot = 500_000;
+  clock.boot = () => boot;
+  let ran = 0;
+  const Box = defineActor('Box', { state: () => ({}), methods: { touch() { ran++; return 1; } } });
+  const d = new Dispatcher([Box], clock);
+  assert.ok((await d.handle(turn('activate'))).ok);
+  const queued = invoke('touch', undefined, { notAfterUnixMs: String(clock.now() + 1000), notAfterBootMs: String(boot + 1000) });
+  clock.advance(4000 - 30_000);
+  boot += 4000;
+  const r = await d.handle(queued);
+  assert.equal(r.error?.kind, 'ERROR_KIND_UNREACHABLE');
+  assert.match(r.error.message, /boot clock/);
+  assert.equal(ran, 0, 'no handler code ran');
+  // Without a boot clock only the wall clock judges, and it was fooled: this is what the boot
+  // clock is for.
+  delete clock.boot;
+  const bootless = new Dispatcher([Box], clock);
+  assert.ok((await bootless.handle(turn('activate'))).ok);
+  assert.ok((await bootless.handle({ ...queued, turnId: String(++seq) })).ok);
+  assert.equal(ran, 1);
+});
+
+test('a handler still running at its boot-clock not-after is aborted though the wall bound is far', async () => {
+  const clock = fakeClock();
+  clock.boot = () => 500_000;
+  let release;
+  const Box = defineActor('Box', {
+    state: () => ({}),
+    methods: { async slow() { await new Promise((r) => (release = r)); return 'late'; } },
+  });
+  const d = new Dispatcher([Box], clock);
+  await d.handle(turn('activate'));
+  const pending = d.handle(invoke('slow', undefined, { notAfterUnixMs: String(clock.now() + 60_000), notAfterBootMs: '500100' }));
+  await new Promise((r) => setImmediate(r));
+  clock.advance(99);
+  assert.equal(d.runningCount, 1, 'still running before the boot not-after');
+  clock.advance(1);
+  const r = await pending;
+  assert.equal(r.error?.kind, 'ERROR_KIND_TIMEOUT');
+  release();
+});
+
+test('the system boot clock reads CLOCK_BOOTTIME on Linux and never runs behind the monotonic clock', async () => {
+  const { bootClockMs } = await import('../dist/dispatcher.js');
+  const b0 = bootClockMs();
+  if (process.platform !== 'linux') return assert.equal(b0, undefined);
+  const m0 = performance.now();
+  await new Promise((r) => setTimeout(r, 50));
+  const m1 = performance.now();
+  const b1 = bootClockMs();
+  assert.ok(typeof b0 === 'number' && b0 > 0);
+  // Hundredths of a second: allow the file's rounding on top of the monotonic advance.
+  assert.ok(b1 - b0 >= m1 - m0 - 10, `boot advanced ${b1 - b0} ms, monotonic ${m1 - m0} ms`);
+});
+
 test('the fence notice cancels running turns (TIMEOUT) and drops activations without Deactivate', async () => {
   const clock = fakeClock();
   let deactivated = 0;

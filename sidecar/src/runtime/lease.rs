@@ -8,12 +8,22 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
+/// A turn's not-after on the two clocks the app can judge it by (app.proto,
+/// `Turn.not_after_unix_ms` and `Turn.not_after_boot_ms`): the same instant on each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAfter {
+    /// Unix milliseconds on the pod's wall clock.
+    pub unix_ms: i64,
+    /// Milliseconds on the machine's boot clock; 0 where it has none.
+    pub boot_ms: u64,
+}
+
 impl Runtime {
     /// Checks the lease synchronously, at the moment a stateful turn is handed to the app, and
     /// returns the turn's not-after (Unix ms, wall clock): the earlier of `deadline` and the
     /// lease's validity minus the drift margin. A lease that ends before the turn could start
     /// answers `fenced` without sending anything (the turn never ran).
-    pub(crate) fn lease_not_after(&self, deadline: Instant) -> Result<i64, ActorError> {
+    pub(crate) fn lease_not_after(&self, deadline: Instant) -> Result<NotAfter, ActorError> {
         let lease = self.inner.gate.serving_until()?;
         // The caller's deadline, not the lease, is what ran out: say so (the turn never ran).
         if deadline <= Instant::now() {
@@ -23,7 +33,7 @@ impl Runtime {
             )));
         }
         let not_after = self.not_after(deadline, lease);
-        if lease.is_some() && not_after <= self.inner.cfg.clock.wall_unix_ms() {
+        if lease.is_some() && not_after.unix_ms <= self.inner.cfg.clock.wall_unix_ms() {
             return Err(ActorError::fenced(format!(
                 "host {}'s lease ends within its drift margin: the turn was not handed to the \
                  app and never ran; the host fences unless its next lease write lands",
@@ -34,16 +44,22 @@ impl Runtime {
     }
 
     /// The not-after of a turn handed out now: `deadline` (a monotonic instant) carried over to
-    /// the wall clock, capped by `lease` (a wall-clock instant). Rounded down to the millisecond:
-    /// earlier is always safe.
-    pub fn not_after(&self, deadline: Instant, lease: Option<SystemTime>) -> i64 {
-        let wall = self.inner.cfg.clock.wall();
+    /// the wall clock, capped by `lease` (a wall-clock instant), and the time left until then
+    /// carried over to the boot clock. Rounded down to the millisecond: earlier is always safe.
+    pub fn not_after(&self, deadline: Instant, lease: Option<SystemTime>) -> NotAfter {
+        let clock = &self.inner.cfg.clock;
+        let wall = clock.wall();
+        let boot = clock.boot();
         let by_deadline = wall + deadline.saturating_duration_since(Instant::now());
         let bound = lease.map_or(by_deadline, |l| l.min(by_deadline));
-        bound
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
+        let left = bound.duration_since(wall).unwrap_or(Duration::ZERO);
+        NotAfter {
+            unix_ms: bound
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0),
+            boot_ms: boot.map_or(0, |b| (b + left).as_millis() as u64),
+        }
     }
 
     /// What a stateful turn's answer becomes for its caller: never success once the lease has
@@ -217,6 +233,45 @@ mod tests {
         let rt = f.rt.clone();
         let actor = ActorId::new("Counter", key);
         tokio::spawn(async move { rt.invoke(&actor, "add", Bytes::new(), deadline).await })
+    }
+
+    /// The boot-clock not-after is the same instant as the wall one: the time left carried over
+    /// to the boot clock at hand-off. Zero where the clock has no boot clock.
+    #[tokio::test(start_paused = true)]
+    async fn the_boot_not_after_is_the_wall_one_carried_to_the_boot_clock() {
+        let f = fixture();
+        let lease_end = f.clock.wall() + Duration::from_secs(3);
+        let bootless =
+            f.rt.not_after(Instant::now() + Duration::from_secs(10), Some(lease_end));
+        assert_eq!(bootless.unix_ms, ms(lease_end));
+        assert_eq!(bootless.boot_ms, 0, "no boot clock: not set");
+
+        let clock =
+            ManualClock::new(UNIX_EPOCH + Duration::from_secs(1_700_000_000)).with_boot_clock();
+        clock.suspend(Duration::from_secs(7)); // the boot clock is not the wall clock
+        let rt = Runtime::new(
+            RuntimeConfig {
+                clock: Arc::new(clock.clone()),
+                ..RuntimeConfig::default()
+            },
+            f.lease.clone(),
+        );
+        let boot_now = clock.boot().unwrap();
+        let lease_end = clock.wall() + Duration::from_secs(3);
+        let by_lease = rt.not_after(Instant::now() + Duration::from_secs(10), Some(lease_end));
+        assert_eq!(by_lease.unix_ms, ms(lease_end));
+        assert_eq!(
+            by_lease.boot_ms,
+            (boot_now + Duration::from_secs(3)).as_millis() as u64
+        );
+        let by_deadline = rt.not_after(
+            Instant::now() + Duration::from_millis(1_500),
+            Some(lease_end),
+        );
+        assert_eq!(
+            by_deadline.boot_ms,
+            (boot_now + Duration::from_millis(1_500)).as_millis() as u64
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -8,6 +8,7 @@
 mod activation;
 pub mod gate;
 mod lease;
+pub use lease::NotAfter;
 mod output;
 pub mod registry;
 pub mod session;

@@ -312,8 +312,8 @@ impl AppSession {
     /// Sends a turn to the app and returns the future of its answer. The answer future has no
     /// timeout of its own: callers race it against their deadline, and the runtime keeps waiting
     /// for a late answer so that turns of one activation never overlap in the app.
-    /// `not_after_unix_ms` is the turn's absolute bound (see `Turn.not_after_unix_ms`); the
-    /// caller has checked the lease just before.
+    /// `not_after` is the turn's absolute bound (see `Turn.not_after_unix_ms` and
+    /// `Turn.not_after_boot_ms`); the caller has checked the lease just before.
     pub fn start_turn(
         &self,
         actor: &ActorId,
@@ -321,8 +321,9 @@ impl AppSession {
         kind: TurnKind,
         deadline: Instant,
         now: Instant,
-        not_after_unix_ms: i64,
+        not_after: super::NotAfter,
     ) -> impl std::future::Future<Output = TurnAnswer> + Send + 'static {
+        let not_after_unix_ms = not_after.unix_ms;
         let TurnOf {
             activation_id,
             epoch,
@@ -357,6 +358,7 @@ impl AppSession {
                 activation_id: activation_id.to_string(),
                 timeout_ms: deadline.saturating_duration_since(now).as_millis() as u64,
                 not_after_unix_ms,
+                not_after_boot_ms: not_after.boot_ms,
                 epoch,
                 kind: Some(kind_proto),
                 // The ambient trace: the turn span's (runtime/turn.rs), or the caller's.

@@ -1,7 +1,9 @@
 """Running turns: activations, the turn-based guarantee, worker concurrency, the lease bound.
 
 A turn read at or after its `not_after_unix_ms` is refused without running any code
-(TurnError UNREACHABLE: it never ran). A handler still running at not-after, or when the sidecar
+(TurnError UNREACHABLE: it never ran); so is one read at or after its `not_after_boot_ms` on the
+machine's boot clock (Linux `CLOCK_BOOTTIME`), which a suspend advances and no wall-clock step
+moves, so a wall clock stepped back across a suspend cannot make a queued turn look in time. A handler still running at not-after, or when the sidecar
 fences, gets `asyncio.CancelledError` and the turn is answered TIMEOUT (it may have run in part).
 The clock is injectable so that both can be tested without waiting for a lease.
 """
@@ -35,6 +37,17 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: Boot-clock milliseconds now, or None where the platform has no boot clock. Injectable.
+BootClock = Callable[[], "int | None"]
+
+
+def boot_clock_ms() -> int | None:
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return None
+    return time.clock_gettime_ns(boottime) // 1_000_000
+
+
 @dataclass
 class _Activation:
     activation_id: str
@@ -50,10 +63,12 @@ class Dispatcher:
     """Answers turns for the registered types. One per App; activations survive only as long as
     the Serve session that made them (`drop_all` on reconnect, `fence` on a FenceNotice)."""
 
-    def __init__(self, types: list[TypeDef], client: Client, clock: Clock = wall_clock_ms) -> None:
+    def __init__(self, types: list[TypeDef], client: Client, clock: Clock = wall_clock_ms,
+                 boot_clock: BootClock = boot_clock_ms) -> None:
         self.types = {t.name: t for t in types}
         self.client = client
         self.clock = clock
+        self.boot_clock = boot_clock
         self.activations: dict[tuple[str, str], _Activation] = {}
         self.workers: dict[str, Any] = {}
         self.semaphores = {
@@ -96,6 +111,14 @@ class Dispatcher:
                 errors_pb2.ERROR_KIND_UNREACHABLE,
                 f"the turn arrived {now - not_after} ms past its not-after; it was not run",
             )
+        boot_left = self._boot_left(turn.not_after_boot_ms)
+        if boot_left is not None and boot_left <= 0:
+            return _error(
+                turn_id,
+                errors_pb2.ERROR_KIND_UNREACHABLE,
+                f"the turn arrived {-boot_left} ms past its not-after on the boot clock; "
+                "it was not run",
+            )
         state = State(self.client, turn.actor.actor_type, turn.actor.key, turn.activation_id,
                       turn.epoch)
         info = TurnInfo(turn_id, turn.actor.actor_type, turn.actor.key, turn.activation_id,
@@ -103,7 +126,11 @@ class Dispatcher:
         task = asyncio.create_task(self._run(turn, info))
         self.running.add(task)
         try:
-            timeout = None if not_after <= 0 else max(0.0, (not_after - self.clock()) / 1000)
+            lefts = [] if not_after <= 0 else [not_after - self.clock()]
+            boot_left = self._boot_left(turn.not_after_boot_ms)
+            if boot_left is not None:
+                lefts.append(boot_left)
+            timeout = max(0.0, min(lefts) / 1000) if lefts else None
             done, _ = await asyncio.wait({task}, timeout=timeout)
             if not done:
                 task.cancel()
@@ -124,6 +151,14 @@ class Dispatcher:
             return app_pb2.TurnResult(turn_id=turn_id, ok=payload, writes=state.writes())
         finally:
             self.running.discard(task)
+
+    def _boot_left(self, not_after_boot_ms: int) -> int | None:
+        """Milliseconds left before the turn's boot-clock not-after (None: not set, or no boot
+        clock here)."""
+        if not_after_boot_ms <= 0:
+            return None
+        now = self.boot_clock()
+        return None if now is None else not_after_boot_ms - now
 
     async def _run(self, turn: app_pb2.Turn, info: TurnInfo) -> bytes:
         _current.set(info)

@@ -319,12 +319,13 @@ class Registered(_message.Message):
     def __init__(self, host_id: _Optional[str] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class Turn(_message.Message):
-    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "epoch", "trace", "activate", "invoke", "deactivate", "reminder", "timer")
+    __slots__ = ("turn_id", "actor", "activation_id", "timeout_ms", "not_after_unix_ms", "not_after_boot_ms", "epoch", "trace", "activate", "invoke", "deactivate", "reminder", "timer")
     TURN_ID_FIELD_NUMBER: _ClassVar[int]
     ACTOR_FIELD_NUMBER: _ClassVar[int]
     ACTIVATION_ID_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     NOT_AFTER_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_BOOT_MS_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     TRACE_FIELD_NUMBER: _ClassVar[int]
     ACTIVATE_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +338,7 @@ class Turn(_message.Message):
     activation_id: str
     timeout_ms: int
     not_after_unix_ms: int
+    not_after_boot_ms: int
     epoch: int
     trace: _types_pb2.TraceContext
     activate: Activate
@@ -344,7 +346,7 @@ class Turn(_message.Message):
     deactivate: Deactivate
     reminder: Reminder
     timer: TimerTick
-    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
+    def __init__(self, turn_id: _Optional[int] = ..., actor: _Optional[_Union[_types_pb2.ActorRef, _Mapping]] = ..., activation_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., not_after_unix_ms: _Optional[int] = ..., not_after_boot_ms: _Optional[int] = ..., epoch: _Optional[int] = ..., trace: _Optional[_Union[_types_pb2.TraceContext, _Mapping]] = ..., activate: _Optional[_Union[Activate, _Mapping]] = ..., invoke: _Optional[_Union[Invoke, _Mapping]] = ..., deactivate: _Optional[_Union[Deactivate, _Mapping]] = ..., reminder: _Optional[_Union[Reminder, _Mapping]] = ..., timer: _Optional[_Union[TimerTick, _Mapping]] = ...) -> None: ...
 
 class TimerTick(_message.Message):
     __slots__ = ("name", "payload", "period_ms", "due_unix_ms", "skipped")

@@ -1,0 +1,16 @@
+package sigx
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// systemBoot reads CLOCK_BOOTTIME.
+func systemBoot() (time.Duration, bool) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, false
+	}
+	return time.Duration(ts.Nano()), true
+}
