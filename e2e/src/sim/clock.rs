@@ -145,14 +145,18 @@ impl Clock for SimClock {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_skewed_wall_clock_starts_off_by_its_offset_and_drifts_at_its_rate() {
-        let rt = tokio::runtime::Builder::new_current_thread()
+    /// A runtime on paused time, as turmoil gives each host.
+    fn paused() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .start_paused(true)
             .build()
-            .unwrap();
-        rt.block_on(async {
+            .unwrap()
+    }
+
+    #[test]
+    fn a_skewed_wall_clock_starts_off_by_its_offset_and_drifts_at_its_rate() {
+        paused().block_on(async {
             let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
             let ahead = SimClock::skewed(
                 origin,
@@ -185,12 +189,7 @@ mod tests {
 
     #[test]
     fn the_boot_clock_sees_a_suspend_that_a_wall_step_hides() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        paused().block_on(async {
             let origin = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
             let clock = SimClock::new(origin).with_boot_clock();
             assert_eq!(SimClock::new(origin).boot(), None);

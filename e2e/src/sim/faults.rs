@@ -165,6 +165,18 @@ fn at(at_ms: u64, fault: Fault) -> Timed {
     Timed { at_ms, fault }
 }
 
+/// The first fault of the clock schedules: h1 loses the membership store for 5 s, so no write
+/// of its own can tell it that its record is gone; only its clocks can.
+fn h1_cut_off_from_the_store() -> Timed {
+    at(
+        1400,
+        Fault::IsolateStore {
+            slot: 0,
+            dur_ms: 5000,
+        },
+    )
+}
+
 /// The regression corpus of views and eligibility (issue 12, holes A and B).
 pub fn corpus() -> Vec<Named> {
     vec![
@@ -274,13 +286,7 @@ pub fn corpus() -> Vec<Named> {
             hosts: 2,
             actors: 16,
             schedule: Schedule(vec![
-                at(
-                    1400,
-                    Fault::IsolateStore {
-                        slot: 0,
-                        dur_ms: 5000,
-                    },
-                ),
+                h1_cut_off_from_the_store(),
                 at(
                     1500,
                     Fault::WallStepBack {
@@ -309,13 +315,7 @@ pub fn corpus() -> Vec<Named> {
             hosts: 2,
             actors: 16,
             schedule: Schedule(vec![
-                at(
-                    1400,
-                    Fault::IsolateStore {
-                        slot: 0,
-                        dur_ms: 5000,
-                    },
-                ),
+                h1_cut_off_from_the_store(),
                 at(
                     1800,
                     Fault::SuspendThenStepBack {

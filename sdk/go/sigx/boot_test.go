@@ -65,18 +65,7 @@ func TestAHandlerStillRunningAtItsBootNotAfterIsCancelled(t *testing.T) {
 	turn := invoke(7, "block", clock.Now().UnixMilli()+60_000) // the wall bound is a minute away
 	turn.NotAfterBootMs = uint64((bc.boot + 500*time.Millisecond).Milliseconds())
 	s.start(turn)
-	<-b.entered
-	clock.Advance(499 * time.Millisecond)
-	select {
-	case r := <-results:
-		t.Fatalf("answered before the boot not-after: %v", r)
-	case <-time.After(50 * time.Millisecond):
-	}
-	clock.Advance(time.Millisecond)
-	wantResult(t, results, 7, pb.ErrorKind_ERROR_KIND_TIMEOUT)
-	if cause := <-b.causes; cause != errNotAfter {
-		t.Fatalf("the handler's ctx ended with %v, want the not-after cause", cause)
-	}
+	wantCancelledAt500ms(t, clock, b, results, 7)
 }
 
 func TestTheSystemBootClockNeverRunsBehindTheMonotonicClock(t *testing.T) {

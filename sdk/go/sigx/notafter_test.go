@@ -121,21 +121,28 @@ func TestATurnReadAtOrPastNotAfterIsRefusedUnreachableWithoutRunning(t *testing.
 	}
 }
 
-func TestAHandlerStillRunningAtNotAfterIsCancelledAndAnsweredTimeout(t *testing.T) {
-	s, clock, b, results := newTestSession(t)
-	s.start(invoke(7, "block", clock.Now().UnixMilli()+500))
+// wantCancelledAt500ms checks that turn id, started just now with a not-after 500 ms away, is
+// still running 1 ms before it and is answered TIMEOUT, its handler cancelled, at it.
+func wantCancelledAt500ms(t *testing.T, clock *fakeClock, b *blocker, results chan *pb.TurnResult, id uint64) {
+	t.Helper()
 	<-b.entered
 	clock.Advance(499 * time.Millisecond)
 	select {
 	case r := <-results:
-		t.Fatalf("answered before not-after: %v", r)
+		t.Fatalf("answered before its not-after: %v", r)
 	case <-time.After(50 * time.Millisecond):
 	}
 	clock.Advance(time.Millisecond)
-	wantResult(t, results, 7, pb.ErrorKind_ERROR_KIND_TIMEOUT)
+	wantResult(t, results, id, pb.ErrorKind_ERROR_KIND_TIMEOUT)
 	if cause := <-b.causes; cause != errNotAfter {
 		t.Fatalf("the handler's ctx ended with %v, want the not-after cause", cause)
 	}
+}
+
+func TestAHandlerStillRunningAtNotAfterIsCancelledAndAnsweredTimeout(t *testing.T) {
+	s, clock, b, results := newTestSession(t)
+	s.start(invoke(7, "block", clock.Now().UnixMilli()+500))
+	wantCancelledAt500ms(t, clock, b, results, 7)
 	select {
 	case r := <-results:
 		t.Fatalf("a second answer for the cancelled turn: %v", r)
