@@ -109,6 +109,28 @@ function sidecarPid(socket) {
   assert.fail(`no sigx-sidecar process serves ${socket}`);
 }
 
+/** Prints the end of every host's sidecar and app log under the dev directory `dir`. */
+function dumpHostLogs(dir) {
+  let hosts = [];
+  try {
+    hosts = fs.readdirSync(dir).filter((d) => d.startsWith("host-")).sort();
+  } catch {
+    return;
+  }
+  for (const h of hosts) {
+    for (const f of ["sidecar.log", "app.log"]) {
+      let lines = [];
+      try {
+        lines = fs.readFileSync(path.join(dir, h, f), "utf8").trimEnd().split("\n");
+      } catch {
+        continue;
+      }
+      console.error(`--- ${h}/${f} (last 60 of ${lines.length} lines)`);
+      console.error(lines.slice(-60).join("\n"));
+    }
+  }
+}
+
 /** Polls `fn` until it returns a truthy value (or throws no more), for up to `ms`. */
 async function eventually(what, fn, ms = 20_000) {
   const deadline = Date.now() + ms;
@@ -132,8 +154,23 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "sx-dash-"));
   const dir = path.join(scratch, "d");
   const cleanups = [];
+  let passed = false;
+  let fleetUrl = null;
   t.after(async () => {
+    // A failure is the sidecars' doing, the dashboard's or the browser's: before anything stops,
+    // show what the dashboard serves (read without the browser), then what each host logged.
+    if (!passed && fleetUrl) {
+      try {
+        const s = await (await fetch(fleetUrl, { signal: AbortSignal.timeout(5_000) })).json();
+        console.error(`--- ${fleetUrl} at the failure: ${s.summary.text}; activations by type ` +
+          `${JSON.stringify(s.activationsByType)}; hosts ` +
+          JSON.stringify(s.hosts.map((h) => [h.source, h.state, h.reachable, h.fenceReason, h.activations])));
+      } catch (e) {
+        console.error(`--- ${fleetUrl} did not answer at the failure: ${e.message}`);
+      }
+    }
     for (const c of cleanups.reverse()) await c().catch(() => {});
+    if (!passed) dumpHostLogs(dir);
     fs.rmSync(scratch, { recursive: true, force: true });
   });
 
@@ -166,6 +203,7 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   cleanups.push(async () => dash.child.kill("SIGKILL"));
   const url = (await dash.waitLine("with the dashboard's address", (l) => l.startsWith("sigx dashboard: http://"), 10_000))
     .match(/http:\/\/\S+\//)[0];
+  fleetUrl = `${url}api/fleet`;
 
   // 4. Headless chromium with a fresh profile.
   const profile = fs.mkdtempSync(path.join(scratch, "chromium-"));
@@ -173,12 +211,17 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
     executablePath: CHROMIUM,
     headless: true,
     args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-dev-shm-usage",
       "--disable-background-networking", "--disable-component-update", "--disable-sync"],
     viewport: { width: 1500, height: 900 },
   });
   cleanups.push(async () => browser.close());
+  // Every read has a short wait: `eventually` owns the deadlines, and an element not there yet
+  // is a "not yet" it retries and reports, not one 30 s wait that outlives it.
+  browser.setDefaultTimeout(5_000);
   const page = browser.pages()[0] ?? (await browser.newPage());
-  await page.goto(url);
+  page.on("crash", () => console.error("chromium's renderer crashed: the page no longer answers"));
+  await page.goto(url, { timeout: 20_000 });
   const text = (sel) => page.locator(sel).innerText();
   const expectText = async (sel, want) => {
     const got = await text(sel);
@@ -239,7 +282,7 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   await page.locator('[data-testid="search-not-active"]').waitFor({ timeout: 10_000 });
 
   fs.mkdirSync(ARTIFACTS, { recursive: true });
-  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-3-hosts.png"), fullPage: true });
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-3-hosts.png"), fullPage: true, timeout: 20_000 });
 
   // A dashboard given one socket sees the other hosts through that sidecar's view and asks each
   // for its /metrics at the health address its descriptor publishes (meta.health): they are
@@ -250,7 +293,7 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   const oneUrl = (await one.waitLine("with the dashboard's address", (l) => l.startsWith("sigx dashboard: http://"), 10_000))
     .match(/http:\/\/\S+\//)[0];
   const page1 = await browser.newPage();
-  await page1.goto(oneUrl);
+  await page1.goto(oneUrl, { timeout: 20_000 });
   await eventually("the one-socket page counts 3 hosts", async () =>
     (await page1.locator("#summary").innerText()) === "3 host(s) / 1 node(s)");
   await eventually("the one-socket page scrapes the other two", async () =>
@@ -289,7 +332,7 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
     expectText("#summary", "2 host(s) / 1 node(s)"), 30_000);
   assert.equal(await page.locator("#hosts tbody tr").count(), 3, "an unreachable host is never dropped");
   assert.equal(await row("host-3").locator('[data-testid="host-membership"]').innerText(), "not in any view");
-  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-stopped.png"), fullPage: true });
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-stopped.png"), fullPage: true, timeout: 20_000 });
 
   // 6. It resumes: its lease lapsed meanwhile, so it fences itself, and the page says so: it
   // answers again, fenced with its reason, and stays out of the fleet count.
@@ -301,10 +344,11 @@ test("the dashboard shows a 3-host dev cluster, finds actors, and follows a host
   assert.equal(await text("#fenced"), `fenced: ${ids[3]}`);
   await expectText("#summary", "2 host(s) / 1 node(s)");
   assert.match(await text("#reachability"), /3 of 3 sidecar\(s\) answered/);
-  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-fenced.png"), fullPage: true });
+  await page.screenshot({ path: path.join(ARTIFACTS, "dashboard-host-fenced.png"), fullPage: true, timeout: 20_000 });
 
   // 7. The dashboard itself stops: the page says its figures are stale rather than freezing.
   dash.child.kill("SIGKILL");
   await page.locator("#stale").waitFor({ state: "visible", timeout: 10_000 });
   assert.match(await text("#stale"), /the dashboard does not answer/);
+  passed = true;
 });
