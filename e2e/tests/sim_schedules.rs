@@ -195,3 +195,17 @@ fn s_wall_step_back_inside_a_suspend_is_caught_without_a_boot_clock() {
         r.explain()
     );
 }
+
+/// A serving host's wall clock stepped back 30 s (issue 13): reminders are set and judged on the
+/// store's clock, so none fires early or late, and every other promise holds.
+#[test]
+fn r_serving_host_wall_step_back_is_clean() {
+    clean("R_serving_host_wall_step_back", |_| {});
+}
+
+/// The same step with each host judging due times on its own wall clock: a reminder fires
+/// before it is due.
+#[test]
+fn r_serving_host_wall_step_back_is_caught_on_host_wall_clocks() {
+    caught("R_serving_host_wall_step_back", |c| c.store_clock = false);
+}

@@ -332,6 +332,8 @@ async fn the_sqlite_store_keeps_the_reminder_promises_across_handles() {
     let s2: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
     suite(s1.clone(), s2.clone()).await;
     fenced(s1.clone(), s2).await;
+    // One machine, one clock: the store has none of its own.
+    assert_eq!(s1.clock_unix_ms().await.unwrap(), None);
     limit(s1).await;
 }
 
@@ -379,5 +381,24 @@ async fn the_postgres_store_keeps_the_reminder_promises_across_handles() {
     let s2: Arc<dyn StateStore> = Arc::new(PostgresStateStore::open(&dsn).await.unwrap());
     suite(s1.clone(), s2.clone()).await;
     fenced(s1.clone(), s2).await;
+    // The server's clock, which reminders are due by (issue 13): read from the server, so on
+    // this machine it agrees with the wall clock, and it moves forward.
+    let first = s1
+        .clock_unix_ms()
+        .await
+        .unwrap()
+        .expect("PostgreSQL has a clock");
+    let here = sigx_sidecar::clock::system().wall_unix_ms();
+    assert!(
+        (first - here).abs() < 5_000,
+        "server {first} ms, here {here} ms"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let second = s1.clock_unix_ms().await.unwrap().unwrap();
+    assert!(
+        second >= first + 15,
+        "the server clock moved {} ms in 20 ms",
+        second - first
+    );
     limit(s1).await;
 }

@@ -267,10 +267,58 @@ pub fn check(
     out
 }
 
+/// How much earlier than its due time (true ms) a reminder may reach an app: the simulator's
+/// step, not a clock's error.
+pub const REMINDER_EARLY_SLACK_MS: u64 = 50;
+
 /// 7. **Every due reminder fires once faults heal**: a reminder the store acknowledged, due
 ///    before the quiet end (faults healed, 2×TTL without a host event), reached some app by the
 ///    end of the run. Deliveries are at least once: a repeat is not a violation.
+/// 8. **No reminder fires before it is due** (true time): due times are judged on one clock,
+///    the store's, whatever the hosts' wall clocks say.
 pub fn reminder_violations(history: &[Event], probe_at: u64) -> Vec<Violation> {
+    let mut out = late_reminders(history, probe_at);
+    // A name set twice (a host restarted under its id counts its names again) is judged by its
+    // earliest due time: a fire before that is early whichever set it came from.
+    let mut due: BTreeMap<(&str, &str), (u64, u64)> = BTreeMap::new();
+    for e in history {
+        if let Ev::ReminderSet {
+            actor,
+            name,
+            due_ms,
+        } = &e.ev
+        {
+            let d = due
+                .entry((actor.as_str(), name.as_str()))
+                .or_insert((e.t_ms, *due_ms));
+            if *due_ms < d.1 {
+                *d = (e.t_ms, *due_ms);
+            }
+        }
+    }
+    let mut early = BTreeSet::new();
+    for e in history {
+        if let Ev::ReminderFired { host, actor, name } = &e.ev
+            && let Some(&(set_at, due_ms)) = due.get(&(actor.as_str(), name.as_str()))
+            && e.t_ms + REMINDER_EARLY_SLACK_MS < due_ms
+            && early.insert((actor.as_str(), name.as_str()))
+        {
+            out.push(Violation {
+                promise: Promise::Safety,
+                what: format!(
+                    "reminder {name:?} of {actor}, set at t={set_at}ms and due at \
+                     t={due_ms}ms, fired on {host} at t={}ms, {} ms early",
+                    e.t_ms,
+                    due_ms - e.t_ms
+                ),
+                actor: Some(actor.clone()),
+            });
+        }
+    }
+    out
+}
+
+fn late_reminders(history: &[Event], probe_at: u64) -> Vec<Violation> {
     let fired: BTreeSet<(&str, &str)> = history
         .iter()
         .filter_map(|e| match &e.ev {

@@ -326,6 +326,23 @@ pub fn corpus() -> Vec<Named> {
                 ),
             ]),
         },
+        Named {
+            name: "R_serving_host_wall_step_back",
+            what: "h1 serves throughout, in the view and reachable, when its wall clock is \
+                   stepped back by 30 s. Judged on the hosts' own wall clocks, a reminder set \
+                   through h1 afterwards is stored due 30 s early and fires early on whichever \
+                   host owns its shard, and the reminders of h1's own shards wait 30 s past \
+                   their due time.",
+            hosts: 2,
+            actors: 16,
+            schedule: Schedule(vec![at(
+                1500,
+                Fault::WallStepBack {
+                    slot: 0,
+                    back_ms: 30_000,
+                },
+            )]),
+        },
     ]
 }
 

@@ -240,6 +240,7 @@ pub async fn run(
             },
             runtime.counters().reminders.clone(),
             runtime.reminder_nudge(),
+            runtime.store_time(),
         )
     };
     // Rebalancing, as `bring_up` wires it: loads on the renewals, the redirect gate in front

@@ -91,6 +91,10 @@ pub struct SimConfig {
     pub reminder_ownership_frozen: bool,
     /// A deliberately broken state store without its epoch fence (checker tests only).
     pub state_check: state::StateCheck,
+    /// Whether the store answers with its own clock (true: a server, as PostgreSQL, whose clock
+    /// reminders are due by). DELIBERATELY BROKEN when false (checker tests only): each host
+    /// judges due times on its own wall clock, so a skewed host fires reminders early or late.
+    pub store_clock: bool,
     /// Rebalancing on (the production rebalancer and its redirect gate, as `bring_up` wires
     /// them): a host above its peers' mean hands idle activations away while faults run.
     pub rebalance: bool,
@@ -134,6 +138,7 @@ impl SimConfig {
             deletion_check: DeletionCheck::WaitForLapse,
             reminder_ownership_frozen: false,
             state_check: state::StateCheck::Fenced,
+            store_clock: true,
             rebalance: false,
             wall_skew: clock::Skew::default(),
             boot_clock: None,
@@ -907,7 +912,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         .build();
     let cfg = Arc::new(cfg);
     let shared = Arc::new(Shared::default());
-    shared.state.bind(&shared, cfg.state_check);
+    shared.state.bind(&shared, cfg.state_check, cfg.store_clock);
     let mut d = Driver {
         sim,
         shared,

@@ -33,6 +33,8 @@ pub struct RecordedState {
     shared: Mutex<Weak<Shared>>,
     check: Mutex<StateCheck>,
     newest: Mutex<HashMap<ActorId, u64>>,
+    /// Whether the store answers with its clock (true time).
+    clock: std::sync::atomic::AtomicBool,
 }
 
 impl Default for RecordedState {
@@ -42,15 +44,18 @@ impl Default for RecordedState {
             shared: Mutex::new(Weak::new()),
             check: Mutex::new(StateCheck::Fenced),
             newest: Mutex::default(),
+            clock: std::sync::atomic::AtomicBool::new(true),
         }
     }
 }
 
 impl RecordedState {
-    /// Records into `shared`'s history from now on, keeping (or breaking) the fence.
-    pub fn bind(&self, shared: &Arc<Shared>, check: StateCheck) {
+    /// Records into `shared`'s history from now on, keeping (or breaking) the fence, with its
+    /// own clock or (broken) without one.
+    pub fn bind(&self, shared: &Arc<Shared>, check: StateCheck, clock: bool) {
         *self.shared.lock().unwrap() = Arc::downgrade(shared);
         *self.check.lock().unwrap() = check;
+        self.clock.store(clock, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn record(&self, ev: Ev) {
@@ -157,5 +162,21 @@ impl ReminderStore for RecordedState {
 
     async fn holds(&self, actor: &ActorId, name: &str, version: i64) -> Result<bool, StateError> {
         self.inner.holds(actor, name, version).await
+    }
+
+    /// The store is a server of its own (PostgreSQL's part): its clock is true time, whatever
+    /// the hosts' wall clocks say.
+    async fn clock_unix_ms(&self) -> Result<Option<i64>, StateError> {
+        if !self.clock.load(std::sync::atomic::Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let shared = self.shared.lock().unwrap().upgrade();
+        Ok(shared.map(|s| {
+            let epoch = super::host::epoch()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis() as i64;
+            epoch + s.now_ms() as i64
+        }))
     }
 }

@@ -45,6 +45,7 @@ pub(super) fn start(
         sched_cfg,
         runtime.counters().reminders.clone(),
         runtime.reminder_nudge(),
+        runtime.store_time(),
     )
 }
 

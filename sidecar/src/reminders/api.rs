@@ -84,7 +84,11 @@ pub async fn set(
 ) -> Result<v1::SetReminderResponse, ActorError> {
     check_actor_type(runtime, &actor)?;
     let fence = fence_of(req.epoch);
-    let spec = spec_of(req, runtime.config().clock.wall_unix_ms())?;
+    // `due_in_ms` counts from now on the store's clock, the one the reminder is due by.
+    let (store, clock) = (&runtime.config().state, &runtime.config().clock);
+    let time = runtime.store_time();
+    time.refresh(store.as_ref(), clock).await;
+    let spec = spec_of(req, time.now_unix_ms(clock))?;
     let due_unix_ms = spec.due_unix_ms;
     runtime
         .config()

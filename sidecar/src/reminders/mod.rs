@@ -24,6 +24,7 @@ pub mod memory;
 pub mod ownership;
 pub mod scheduler;
 pub mod sqlite;
+pub mod store_time;
 // The PostgreSQL impl lives in `state::postgres::reminders`, beside the pool it uses.
 
 use crate::directory::hash::Fnv1a;
@@ -228,6 +229,14 @@ pub trait ReminderStore: Send + Sync + 'static {
     /// reminder deleted or set again after it was claimed ahead of its due time is not
     /// delivered.
     async fn holds(&self, actor: &ActorId, name: &str, version: i64) -> Result<bool, StateError>;
+
+    /// The store's own clock, Unix ms, where it has one apart from the host's (a database
+    /// server): due times are set and judged on it, so every host agrees when a reminder is due
+    /// whatever its own wall clock says ([`store_time`]). `None` (the default): the store shares
+    /// the host's machine and so its clock (SQLite, memory).
+    async fn clock_unix_ms(&self) -> Result<Option<i64>, StateError> {
+        Ok(None)
+    }
 }
 
 /// Checks what an app asks to store; the error names the limit.

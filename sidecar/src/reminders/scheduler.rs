@@ -7,6 +7,7 @@
 //! the view, and the shard's new owner delivers them. A graceful stop releases the claims of
 //! deliveries not yet started, so nothing waits for a claim to lapse.
 
+use super::store_time::StoreTime;
 use super::{
     ClaimRequest, REMINDER_METHOD, ReminderRow, ReminderStore, Settle, Settlement, delivery,
     next_due,
@@ -143,10 +144,20 @@ struct Ctx {
     held: Held,
     settle_tx: mpsc::UnboundedSender<Settlement>,
     slots: Arc<Semaphore>,
+    time: Arc<StoreTime>,
+}
+
+impl Ctx {
+    /// Now on the store's clock: what due times, retries and claims are judged by.
+    fn now_unix_ms(&self) -> i64 {
+        self.time.now_unix_ms(&self.clock)
+    }
 }
 
 impl Scheduler {
-    /// Starts the owner. `nudge` wakes it before its next poll (a reminder set here).
+    /// Starts the owner. `nudge` wakes it before its next poll (a reminder set here); `time`
+    /// is the host's reading of the store's clock, which it keeps fresh.
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         store: Arc<dyn ReminderStore>,
         dispatcher: Arc<dyn Dispatcher>,
@@ -155,6 +166,7 @@ impl Scheduler {
         cfg: SchedulerConfig,
         counters: Arc<ReminderCounters>,
         nudge: Arc<Notify>,
+        time: Arc<StoreTime>,
     ) -> Scheduler {
         let (stop, stop_rx) = watch::channel(false);
         let (settle_tx, settle_rx) = mpsc::unbounded_channel();
@@ -168,6 +180,7 @@ impl Scheduler {
             counters: counters.clone(),
             held: held.clone(),
             settle_tx,
+            time,
         });
         let settler = tokio::spawn(settle_loop(store, settle_rx, held, counters));
         let task = tokio::spawn(poll_loop(ctx, source, nudge.clone(), stop_rx, settler));
@@ -226,7 +239,8 @@ async fn poll_loop(
         if own.shards.is_empty() || room == 0 {
             continue;
         }
-        let now = ctx.clock.wall_unix_ms();
+        ctx.time.refresh(ctx.store.as_ref(), &ctx.clock).await;
+        let now = ctx.now_unix_ms();
         let lookahead = ctx.cfg.lookahead.as_millis() as i64;
         let req = ClaimRequest {
             shards: &own.shards,
@@ -271,7 +285,7 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         version: row.version,
         settle,
     };
-    let wait = (row.next_attempt_ms - ctx.clock.wall_unix_ms()).max(0) as u64;
+    let wait = (row.next_attempt_ms - ctx.now_unix_ms()).max(0) as u64;
     let slot = tokio::select! {
         biased;
         _ = cancel.wait_for(|c| *c) => None,
@@ -296,7 +310,7 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         ));
         return;
     }
-    let started = ctx.clock.wall_unix_ms();
+    let started = ctx.now_unix_ms();
     if row.attempts == 0 {
         let late = (started - row.due_unix_ms).max(0) as u64;
         let c = &ctx.counters;
@@ -340,7 +354,7 @@ async fn deliver(ctx: Arc<Ctx>, row: ReminderRow, mut cancel: watch::Receiver<bo
         ),
     )
     .await;
-    let now = ctx.clock.wall_unix_ms();
+    let now = ctx.now_unix_ms();
     let next_occurrence = |row: &ReminderRow| Settle::Reschedule {
         due_unix_ms: next_due(row.due_unix_ms, row.period_ms, now),
         next_attempt_ms: next_due(row.due_unix_ms, row.period_ms, now),

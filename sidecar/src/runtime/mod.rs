@@ -238,6 +238,8 @@ pub(crate) struct Inner {
     outstanding: Arc<Outstanding>,
     /// Wakes this host's reminder owner when a reminder is set here.
     reminder_nudge: Arc<tokio::sync::Notify>,
+    /// Now on the state store's clock, for reminders (set here, owned here).
+    store_time: Arc<crate::reminders::store_time::StoreTime>,
     /// The (stateful, worker) types of the first registration, with `pin_first_registration`.
     pinned_types: Mutex<Option<(Vec<String>, Vec<String>)>>,
 }
@@ -311,6 +313,7 @@ impl Runtime {
                 running: Mutex::new(HashMap::new()),
                 outstanding: Arc::new(Outstanding::default()),
                 reminder_nudge: Arc::default(),
+                store_time: Arc::default(),
                 pinned_types: Mutex::new(None),
             }),
         }
@@ -319,6 +322,11 @@ impl Runtime {
     /// What wakes this host's reminder owner (a reminder was set here).
     pub fn reminder_nudge(&self) -> Arc<tokio::sync::Notify> {
         self.inner.reminder_nudge.clone()
+    }
+
+    /// Now on the state store's clock, as this host knows it: what reminders are due by.
+    pub fn store_time(&self) -> Arc<crate::reminders::store_time::StoreTime> {
+        self.inner.store_time.clone()
     }
 
     /// The runtime's settings.

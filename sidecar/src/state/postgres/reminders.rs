@@ -255,6 +255,24 @@ impl ReminderStore for PostgresStateStore {
         .await
     }
 
+    /// The server's clock (`clock_timestamp()`, the time of the statement, not of a
+    /// transaction): the one clock every host of a PostgreSQL fleet shares.
+    async fn clock_unix_ms(&self) -> Result<Option<i64>, StateError> {
+        self.timed("reading the server's clock", async {
+            let c = self.conn().await?;
+            let row = c
+                .client
+                .query_one(
+                    "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint",
+                    &[],
+                )
+                .await
+                .map_err(|e| self.unavailable("cannot read the server's clock", &e))?;
+            Ok(Some(row.get::<_, i64>(0)))
+        })
+        .await
+    }
+
     async fn settle(&self, settlements: &[Settlement]) -> Result<(), StateError> {
         if settlements.is_empty() {
             return Ok(());
