@@ -302,8 +302,7 @@ fn skewed(seeds: std::ops::Range<u64>, offset_ms: i64, ppm: i64) -> Vec<SimRepor
 }
 
 /// NTP-synced proportions (±500 ms, ±500 ppm, a cheap crystal's tolerance): every promise holds,
-/// liveness included (a reminder's due time moves with the skew of the host that set it, well
-/// inside the run's quiet end).
+/// liveness and reminder due times included.
 #[test]
 fn swarm_seeds_with_skewed_wall_clocks_are_clean() {
     for r in skewed(900_000..900_030, 500, 500) {
