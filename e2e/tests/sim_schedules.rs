@@ -142,6 +142,18 @@ fn d_third_party_deletion_is_caught_when_peers_trust_the_deletion() {
 }
 
 #[test]
+fn d_deletion_found_by_a_lagging_reader_is_clean() {
+    clean("D_deletion_found_by_a_lagging_reader", |_| {});
+}
+
+#[test]
+fn d_deletion_found_by_a_lagging_reader_is_caught_when_a_missing_record_is_trusted() {
+    caught("D_deletion_found_by_a_lagging_reader", |c| {
+        c.deletion_check = DeletionCheck::TrustMissingRecord;
+    });
+}
+
+#[test]
 fn s_wall_step_back_then_suspend_is_clean() {
     clean("S_wall_step_back_then_suspend", |_| {});
 }

@@ -171,8 +171,19 @@ fn replay_fingerprint() {
 ///   stopped, so two reminders of its shards never fired. The simulated host now writes its
 ///   status in decision order and publishes nothing after its leave began, as the production
 ///   host's single status loop does.
+/// * 6020430: a host whose feed had stalled for a second judged a peer expired, and its fresh
+///   read found the peer's record gone: deleted by a third party while the peer, cut off from
+///   the store, still held a lease this host had not seen renewed. The host took the missing
+///   record as proof of expiry, dropped the peer at once, and another host activated an actor
+///   the peer was still running until its fence, 60 ms later. A record found missing by a
+///   fresh read is now waited out like a deletion the feed shows: TTL plus margin from the read.
+/// * 6021965 (a first version of that fix): two observers expired a crashed host; the slower
+///   one's fresh read found the record the faster one had deleted, and it waited out a lease
+///   from the read even after its feed delivered the deletion. The crashed host's reminder
+///   shards recovered too late and a reminder never fired. A deletion the feed delivers now
+///   settles the wait by the last renewal seen, as every renewal before it was delivered too.
 const REGRESSION_SEEDS: &[u64] = &[
-    3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337, 4000219, 5005383,
+    3458, 265, 350, 351, 2003028, 2003541, 2004728, 2008337, 4000219, 5005383, 6020430, 6021965,
 ];
 
 #[test]

@@ -161,15 +161,27 @@ async fn expire_fences_a_stateful_host_and_survivors_drop_it_within_ttl() {
     assert!(!c.is_self_active());
     assert_eq!(c.counters().self_fences, 1);
     assert_eq!(c.counters().rejoin_attempts, 0);
-    // No change-log entry: the survivors judge it themselves and confirm with a fresh read.
+    // No change-log entry: the survivors judge it themselves, and their fresh read finds
+    // nothing. Nothing tells them c made no renewal they missed before the record vanished,
+    // so they wait its lease out from that read (seed 6020430), and count no expiry of theirs.
     for s in [&a, &b] {
-        let gone_at = wait_gone(s, "c", TTL + DRIFT + BEAT).await;
-        assert!(gone_at - t0 <= TTL + DRIFT + BEAT / 4, "{:?}", gone_at - t0);
+        let gone_at = wait_gone(s, "c", (TTL + DRIFT) * 2 + BEAT).await;
+        assert!(
+            gone_at - t0 > TTL + DRIFT,
+            "{} dropped c {:?} after its record vanished, without waiting out its lease",
+            s.self_id(),
+            gone_at - t0
+        );
+        assert!(
+            gone_at - t0 <= (TTL + DRIFT) * 2 + BEAT / 4,
+            "{:?}",
+            gone_at - t0
+        );
         assert_eq!(ids(s), ["a", "b"]);
     }
     assert_eq!(
         a.counters().expiries_observed + b.counters().expiries_observed,
-        2
+        0
     );
     // Terminal: it does not come back.
     tokio::time::sleep(TTL * 3).await;
@@ -367,6 +379,64 @@ async fn a_lagging_observer_does_not_expire_a_live_host() {
     assert_eq!(ids(&a), ["a", "b", "c"]);
     assert_eq!(c.fence_state(), None);
     assert_eq!(a.counters().expiries_observed, 0);
+}
+
+/// A lagging observer's fresh read finds a peer's record gone: deleted by a third party while
+/// the peer, cut off from the store, still holds a lease renewed after the observer's feed
+/// stalled. Fed the freeze, the deletion and `c`'s isolation, `a` must keep `c` until `c` has
+/// fenced; returns (when `c` fenced, when `a` dropped it), from the freeze.
+async fn observer_lags_and_record_vanishes(deletion_check: DeletionCheck) -> (Duration, Duration) {
+    let hub = MemoryHub::new();
+    let observer = MembershipConfig {
+        deletion_check,
+        ..cfg()
+    };
+    let a = host_with(&hub, "a", true, observer, Arc::new(clock())).await;
+    let c = host(&hub, "c", true).await;
+    a.wait_for_view(Duration::from_secs(1), |v| v.len() == 2)
+        .await
+        .unwrap();
+    let mut fenced = c.fenced_signal();
+    let fenced = tokio::spawn(async move {
+        fenced.wait_for(|r| r.is_some()).await.unwrap();
+        Instant::now()
+    });
+    let t0 = Instant::now();
+    hub.freeze_feed("a", true);
+    // c renews twice that a does not see; then it is cut off and its record deleted under it.
+    tokio::time::sleep(BEAT * 5 / 2).await;
+    hub.isolate("c");
+    assert!(hub.kill("c"));
+    let gone = wait_gone(&a, "c", TTL * 3).await;
+    let fenced = tokio::time::timeout(TTL * 2, fenced)
+        .await
+        .expect("c fences on its own clock")
+        .unwrap();
+    assert_eq!(c.fence_state(), Some(FenceReason::SuspectMonotonic));
+    (fenced - t0, gone - t0)
+}
+
+/// Regression (simulator seed 6020430): the missing record is no proof that the peer's lease
+/// lapsed; the observer waits it out from its read, as for a deletion its feed shows.
+#[tokio::test(start_paused = true)]
+async fn a_record_a_lagging_observer_finds_deleted_is_waited_out() {
+    let (fenced, gone) = observer_lags_and_record_vanishes(DeletionCheck::WaitForLapse).await;
+    assert!(
+        fenced < gone,
+        "a dropped c at {gone:?}, before c fenced at {fenced:?}"
+    );
+    assert!(gone <= TTL * 3, "a kept c too long: {gone:?}");
+}
+
+/// The deliberately broken variant: trusting the missing record, the observer drops the peer
+/// while the peer still holds its lease and runs turns.
+#[tokio::test(start_paused = true)]
+async fn broken_variant_trusting_a_missing_record_drops_a_live_host() {
+    let (fenced, gone) = observer_lags_and_record_vanishes(DeletionCheck::TrustMissingRecord).await;
+    assert!(
+        gone < fenced,
+        "the broken observer should drop c (at {gone:?}) before c fenced (at {fenced:?})"
+    );
 }
 
 /// The deliberately broken variant: without the fresh read, the same lagging observer expires a

@@ -276,6 +276,33 @@ pub fn corpus() -> Vec<Named> {
             ]),
         },
         Named {
+            name: "D_deletion_found_by_a_lagging_reader",
+            what: "h2's watch stalls; h1 renews (h2 does not see it), loses the store and has \
+                   its record deleted by a third party. h2's expiry check reads the store and \
+                   finds no record. Taken as proof of expiry, h2 drops h1 before h1 fences and \
+                   activates actors whose turns h1 still runs (seed 6020430). h3 sees the \
+                   deletion in its feed and waits it out.",
+            hosts: 3,
+            actors: 32,
+            schedule: Schedule(vec![
+                at(
+                    600,
+                    Fault::StallFeed {
+                        slot: 1,
+                        dur_ms: 3000,
+                    },
+                ),
+                at(
+                    1600,
+                    Fault::IsolateStore {
+                        slot: 0,
+                        dur_ms: 5000,
+                    },
+                ),
+                at(1650, Fault::DeleteRecord { slot: 0 }),
+            ]),
+        },
+        Named {
             name: "S_wall_step_back_then_suspend",
             what: "h1 loses the membership store (no write confirms after this); its wall clock \
                    is stepped back by 30 s; then its VM is suspended for three TTLs and resumes \

@@ -40,7 +40,9 @@ pub struct MembershipConfig {
 pub enum DeletionCheck {
     /// A withdrawal by the holder is acted on at once; any other deletion only once the
     /// peer's last renewal this host saw is older than its TTL plus the drift margin, when every
-    /// turn it handed out is past its not-after (DESIGN.md §3).
+    /// turn it handed out is past its not-after (DESIGN.md §3). A record an expiry check's fresh
+    /// read finds missing is waited out the same way, from the read: with its feed behind, the
+    /// host cannot know the renewals it missed.
     #[default]
     WaitForLapse,
     /// DELIBERATELY BROKEN, for tests only: drop the peer as soon as the feed shows its record
@@ -48,6 +50,11 @@ pub enum DeletionCheck {
     /// collection) then lets peers re-activate actors whose turns still run there (issue 12,
     /// hole D).
     TrustDeletion,
+    /// DELIBERATELY BROKEN, for tests only: wait out deletions the feed shows, but take a
+    /// record an expiry check's fresh read (or a snapshot) finds missing as proof of expiry. An
+    /// observer whose feed lags misses the renewals made before a third party's deletion and
+    /// drops a peer that still runs turns (simulator seed 6020430).
+    TrustMissingRecord,
 }
 
 /// Whether a host judges its own lease (the HeartbeatClock) before serving.

@@ -102,16 +102,25 @@ struct Tracked {
     /// The expiry judgement runs on it (a peer that renewed after our watch stalled, then died,
     /// is still judged by its last renewal); the view does not show it until the feed does.
     judged: Option<LeaseRecord>,
-    /// This host confirmed the record gone (its fresh read and compare-and-swap delete, or a
-    /// fresh read that found nothing) at this record version. The departure is published only
-    /// in log order: when the feed (or a snapshot read after the confirmation) no longer has
-    /// the record. Until then the record stays in the view and is not judged again.
+    /// This host confirmed the record gone (its fresh read and compare-and-swap delete; a
+    /// record found missing once its lease has been waited out, [`Tracked::gone_unseen`]; or, in
+    /// the broken `TrustMissingRecord` variant, a fresh read that found nothing) at this record
+    /// version. The departure is published only in log order: when the feed (or a snapshot
+    /// read after the confirmation) no longer has the record. Until then the record stays in
+    /// the view and is not judged again.
     departed: Option<u64>,
-    /// The feed delivered a deletion of the record, at this version, by someone other than its
-    /// holder (a third party, or a peer's expiry this host has not judged itself). That proves
+    /// The record was deleted, at this version, by someone other than its holder (a third
+    /// party, or a peer's expiry this host has not judged itself), as the feed delivered or a
+    /// read found ([`Tracked::gone_unseen`]). That proves
     /// nothing about turns still running on the host, so the record stays in the view until
     /// its last renewal seen is older than its TTL plus the margin ([`DeletionCheck`]).
     deleted: Option<u64>,
+    /// When this host found the record gone without its feed showing the deletion (a fresh read
+    /// that found nothing, a snapshot without it). The renewals its feed had not delivered by
+    /// then are unknown, but all were made before that moment, so the peer's turns are past
+    /// their not-after TTL plus the margin after it (seed 6020430). Cleared when the feed
+    /// delivers the deletion: in log order, every renewal before it has been delivered too.
+    gone_unseen: Option<Instant>,
 }
 
 impl Tracked {
@@ -122,14 +131,19 @@ impl Tracked {
             judged: None,
             departed: None,
             deleted: None,
+            gone_unseen: None,
         }
     }
 
     /// Whether every turn the host could have handed out under the newest renewal we know of
     /// is past its not-after, on our clock.
     fn lapsed(&self, now: Instant, margin: Duration) -> bool {
+        let window = self.newest().ttl + margin;
         self.departed.is_some()
-            || now.saturating_duration_since(self.last_change) > self.newest().ttl + margin
+            || (now.saturating_duration_since(self.last_change) > window
+                && self
+                    .gone_unseen
+                    .is_none_or(|at| now.saturating_duration_since(at) > window))
     }
 
     /// The newest state known of the record: the feed's, or a fresher one from a fresh read.
@@ -162,6 +176,7 @@ impl Tracked {
         if self.deleted.is_some_and(|v| v < record.version) {
             // Written again after the deletion (a worker-only host rejoining).
             self.deleted = None;
+            self.gone_unseen = None;
         }
         self.record = record;
     }
@@ -563,15 +578,19 @@ impl Inner {
                     next.insert(tracked.record.id().to_string(), tracked);
                 }
                 // Records gone from the snapshot: a deletion this host did not see, by whom it
-                // cannot tell. Peers stay until their lease would have lapsed.
+                // cannot tell, nor which renewals came before it. Peers stay until their lease
+                // would have lapsed, counted from now unless the feed showed the deletion.
                 let margin = self.cfg.drift_margin;
                 for (id, mut t) in old {
-                    if id != self.self_id
-                        && self.cfg.deletion_check == DeletionCheck::WaitForLapse
-                        && !t.lapsed(now, margin)
+                    if id != self.self_id && self.waits_out_feed_deletions() && t.departed.is_none()
                     {
+                        if t.deleted.is_none() && self.waits_out_missing_records() {
+                            t.gone_unseen.get_or_insert(now);
+                        }
                         t.deleted.get_or_insert(new_cursor);
-                        next.insert(id, t);
+                        if !t.lapsed(now, margin) {
+                            next.insert(id, t);
+                        }
                     }
                 }
                 changed = before.len() != next.len()
@@ -660,9 +679,14 @@ impl Inner {
                     self.hb.lost(LostCause::Deleted);
                     self.lapse(FenceReason::Lost(LostCause::Deleted));
                 }
+                if let Some(t) = obs.records.get_mut(&id) {
+                    // In log order: every renewal before the deletion has been delivered, so
+                    // the last one seen bounds the peer's turns exactly.
+                    t.gone_unseen = None;
+                }
                 if id != self.self_id
                     && !withdrawn
-                    && self.cfg.deletion_check == DeletionCheck::WaitForLapse
+                    && self.waits_out_feed_deletions()
                     && let Some(t) = obs.records.get_mut(&id)
                     && !t.lapsed(now, self.cfg.drift_margin)
                 {
@@ -841,6 +865,28 @@ impl Inner {
             .any(|t| t.departed.is_some())
     }
 
+    /// The fresh read found no record: deleted, by whom this host cannot tell (a peer's expiry,
+    /// or a third party under a live host), and with this host's feed behind it cannot tell
+    /// either whether the peer renewed after the renewal it last saw (seed 6020430: a host whose
+    /// feed had stalled 1.1 s before took a record deleted by `kubectl`-like hands as proof of
+    /// expiry, dropped a host whose lease still ran and let another host activate its actor).
+    /// Every renewal the peer made came before this read, so its turns are past their
+    /// not-after TTL plus the margin from now: it stays until then, or until the feed delivers
+    /// the deletion and with it every renewal before (then [`Self::drop_lapsed_deletions`]
+    /// judges it by the last one, as for any deletion the feed shows).
+    fn wait_out_unseen_deletion(&self, id: &str, seen: &LeaseRecord) {
+        let now = self.clock.now();
+        let mut obs = self.observed.lock().expect("observed lock");
+        if let Some(t) = obs.records.get_mut(id)
+            && t.departed.is_none()
+            && t.deleted.is_none()
+        {
+            debug!(peer = %id, "expiry candidate's record is gone, by whom unknown; waiting out its lease from now");
+            t.gone_unseen = Some(now);
+            t.deleted = Some(seen.version);
+        }
+    }
+
     /// The fresh read showed the peer alive (our feed lags): restart its window, and judge it
     /// from now on by what the read showed (`fresh`, when known), not by the stale feed — a
     /// peer that renewed after our watch stalled and then died must still expire.
@@ -863,24 +909,51 @@ impl Inner {
     /// (from the feed or an earlier fresh read); candidates are confirmed by a fresh read still
     /// showing that renewal, then deleted by compare-and-swap on the version read (so the peer
     /// learns it is gone and every view converges) and published in log order.
+    /// Whether a deletion the feed shows, by anyone but the holder, waits for the peer's lease
+    /// to lapse (off only in the broken [`DeletionCheck::TrustDeletion`]).
+    fn waits_out_feed_deletions(&self) -> bool {
+        self.cfg.deletion_check != DeletionCheck::TrustDeletion
+    }
+
+    /// Whether a record found missing without the feed showing its deletion waits for the
+    /// peer's lease to lapse, counted from the read. Off in the broken variants that trust a
+    /// missing record, and in the one that publishes departures ahead of the feed (the schedule
+    /// that catches it needs its old handling of a missing record).
+    fn waits_out_missing_records(&self) -> bool {
+        self.cfg.deletion_check == DeletionCheck::WaitForLapse
+            && self.cfg.expiry_check != ExpiryCheck::PublishAheadOfFeed
+    }
+
     /// Drops the peers whose deletion ([`Tracked::deleted`]) was waiting for their lease to
     /// lapse and now has.
+    /// A deletion this host found without its feed showing it ([`Tracked::gone_unseen`]) is
+    /// published in log order, as a confirmed departure is: marked departed here, dropped by
+    /// the log read the sweep makes next.
     fn drop_lapsed_deletions(&self, now: Instant) {
         let mut obs = self.observed.lock().expect("observed lock");
         let lapsed: Vec<String> = obs
             .records
             .values()
-            .filter(|t| t.deleted.is_some() && t.lapsed(now, self.cfg.drift_margin))
+            .filter(|t| {
+                t.deleted.is_some() && t.departed.is_none() && t.lapsed(now, self.cfg.drift_margin)
+            })
             .map(|t| t.record.id().to_string())
             .collect();
-        if lapsed.is_empty() {
-            return;
-        }
+        let mut dropped = false;
         for id in &lapsed {
+            let t = obs.records.get_mut(id).expect("listed above");
+            if t.gone_unseen.is_some() {
+                debug!(peer = %id, "peer whose record was found gone is past its TTL and margin; reading the log up to its deletion");
+                t.departed = t.deleted;
+                continue;
+            }
             obs.records.remove(id);
+            dropped = true;
             info!(peer = %id, "deleted peer dropped: its last renewal is past its TTL and margin");
         }
-        self.publish(&mut obs);
+        if dropped {
+            self.publish(&mut obs);
+        }
     }
 
     async fn sweep(&self) {
@@ -932,6 +1005,9 @@ impl Inner {
                 }
             };
             match fresh {
+                None if self.waits_out_missing_records() => {
+                    self.wait_out_unseen_deletion(&id, &seen);
+                }
                 None => {
                     if self.confirm_departure(&id, &seen, seen.version).await {
                         self.expired(&id);
