@@ -209,9 +209,9 @@ fn sidecar(dir: &Path, name: &str, host_id: &str) -> Sidecar {
     }
 }
 
-async fn attach_app(s: &Sidecar) -> support::TestApp {
+async fn attach_app(socket: &Path) -> support::TestApp {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !s.socket.exists() {
+    while !socket.exists() {
         assert!(
             Instant::now() < deadline,
             "the sidecar never made its socket"
@@ -223,7 +223,7 @@ async fn attach_app(s: &Sidecar) -> support::TestApp {
         workers: vec![],
         app_name: "identity".into(),
     };
-    support::TestApp::start(&s.socket, register, Default::default())
+    support::TestApp::start(socket, register, Default::default())
         .await
         .expect("the app registers")
 }
@@ -236,7 +236,7 @@ async fn attach_app(s: &Sidecar) -> support::TestApp {
 async fn two_processes_with_one_host_id_the_second_exits_64_the_first_keeps_serving() {
     let dir = TempDir::new("processes");
     let mut first = sidecar(&dir.0, "first", "dup");
-    let _first_app = attach_app(&first).await;
+    let _first_app = attach_app(&first.socket).await;
     support::wait_ready(first.health, Duration::from_secs(20)).await;
     let mut calls = support::client(&first.socket).await;
     support::call(&mut calls, "Counter", "k", "echo", b"1", 5_000)
@@ -247,7 +247,10 @@ async fn two_processes_with_one_host_id_the_second_exits_64_the_first_keeps_serv
     assert!(holder.starts_with("dup/"), "{holder}");
 
     let mut second = sidecar(&dir.0, "second", "dup");
-    let _second_app = attach_app(&second).await;
+    // It may exit before its app has registered (its socket gone under the connect): what is
+    // judged is the exit, so the attach runs on its own and a failed one ends only its task.
+    let second_socket = second.socket.clone();
+    let _second_app = tokio::spawn(async move { attach_app(&second_socket).await });
     let status = tokio::time::timeout(Duration::from_secs(10), second.child.wait())
         .await
         .expect("the second process never exited")
@@ -283,7 +286,7 @@ async fn two_processes_with_one_host_id_the_second_exits_64_the_first_keeps_serv
 async fn a_restart_under_the_same_host_id_joins_once_the_dead_record_lapses() {
     let dir = TempDir::new("restart");
     let mut first = sidecar(&dir.0, "first", "again");
-    let first_app = attach_app(&first).await;
+    let first_app = attach_app(&first.socket).await;
     support::wait_ready(first.health, Duration::from_secs(20)).await;
     let probe = SqliteProvider::open(&opts(&dir.db()), "probe").unwrap();
     let dead = probe.read("again").await.unwrap().expect("a row").holder;
@@ -291,7 +294,7 @@ async fn a_restart_under_the_same_host_id_joins_once_the_dead_record_lapses() {
     drop(first_app);
 
     let second = sidecar(&dir.0, "second", "again");
-    let _second_app = attach_app(&second).await;
+    let _second_app = attach_app(&second.socket).await;
     // TTL 600 ms + margin 60 ms, polled every 75 ms: ready well within a few seconds.
     support::wait_ready(second.health, Duration::from_secs(10)).await;
     let now = probe
