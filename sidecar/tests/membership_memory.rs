@@ -381,21 +381,34 @@ async fn a_lagging_observer_does_not_expire_a_live_host() {
     assert_eq!(a.counters().expiries_observed, 0);
 }
 
+/// Observer `a` under `observer` (the variant a test judges) and a stateful peer `c`, once
+/// `a`'s view shows both.
+async fn observer_and_peer(
+    hub: &MemoryHub,
+    observer: MembershipConfig,
+) -> (MembershipHandle, MembershipHandle) {
+    let a = host_with(hub, "a", true, observer, Arc::new(clock())).await;
+    let c = host(hub, "c", true).await;
+    a.wait_for_view(Duration::from_secs(1), |v| v.len() == 2)
+        .await
+        .unwrap();
+    (a, c)
+}
+
 /// A lagging observer's fresh read finds a peer's record gone: deleted by a third party while
 /// the peer, cut off from the store, still holds a lease renewed after the observer's feed
 /// stalled. Fed the freeze, the deletion and `c`'s isolation, `a` must keep `c` until `c` has
 /// fenced; returns (when `c` fenced, when `a` dropped it), from the freeze.
 async fn observer_lags_and_record_vanishes(deletion_check: DeletionCheck) -> (Duration, Duration) {
     let hub = MemoryHub::new();
-    let observer = MembershipConfig {
-        deletion_check,
-        ..cfg()
-    };
-    let a = host_with(&hub, "a", true, observer, Arc::new(clock())).await;
-    let c = host(&hub, "c", true).await;
-    a.wait_for_view(Duration::from_secs(1), |v| v.len() == 2)
-        .await
-        .unwrap();
+    let (a, c) = observer_and_peer(
+        &hub,
+        MembershipConfig {
+            deletion_check,
+            ..cfg()
+        },
+    )
+    .await;
     let mut fenced = c.fenced_signal();
     let fenced = tokio::spawn(async move {
         fenced.wait_for(|r| r.is_some()).await.unwrap();
@@ -444,15 +457,14 @@ async fn broken_variant_trusting_a_missing_record_drops_a_live_host() {
 #[tokio::test(start_paused = true)]
 async fn broken_variant_without_the_fresh_read_expires_a_live_host() {
     let hub = MemoryHub::new();
-    let broken = MembershipConfig {
-        expiry_check: ExpiryCheck::TrustLocalJudgement,
-        ..cfg()
-    };
-    let a = host_with(&hub, "a", true, broken, Arc::new(clock())).await;
-    let c = host(&hub, "c", true).await;
-    a.wait_for_view(Duration::from_secs(1), |v| v.len() == 2)
-        .await
-        .unwrap();
+    let (a, c) = observer_and_peer(
+        &hub,
+        MembershipConfig {
+            expiry_check: ExpiryCheck::TrustLocalJudgement,
+            ..cfg()
+        },
+    )
+    .await;
     hub.freeze_feed("a", true);
     tokio::time::sleep(TTL * 2).await;
     assert_eq!(ids(&a), ["a"], "the broken observer dropped c");

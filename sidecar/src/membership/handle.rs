@@ -905,10 +905,6 @@ impl Inner {
         }
     }
 
-    /// Judges every peer on this host's monotonic clock, by the newest renewal it knows of
-    /// (from the feed or an earlier fresh read); candidates are confirmed by a fresh read still
-    /// showing that renewal, then deleted by compare-and-swap on the version read (so the peer
-    /// learns it is gone and every view converges) and published in log order.
     /// Whether a deletion the feed shows, by anyone but the holder, waits for the peer's lease
     /// to lapse (off only in the broken [`DeletionCheck::TrustDeletion`]).
     fn waits_out_feed_deletions(&self) -> bool {
@@ -956,6 +952,10 @@ impl Inner {
         }
     }
 
+    /// Judges every peer on this host's monotonic clock, by the newest renewal it knows of
+    /// (from the feed or an earlier fresh read); candidates are confirmed by a fresh read still
+    /// showing that renewal, then deleted by compare-and-swap on the version read (so the peer
+    /// learns it is gone and every view converges) and published in log order.
     async fn sweep(&self) {
         let now = self.clock.now();
         self.drop_lapsed_deletions(now);
