@@ -158,10 +158,60 @@ async fn racing_epochs(handles: Vec<Arc<dyn StateStore>>) {
     assert_eq!(all.len(), n, "an epoch was issued twice");
 }
 
+/// A commit under the current epoch racing the next activation of the actor elsewhere (a newer
+/// epoch issued, then its state read at once): either the commit lands before the new epoch
+/// exists and the new activation reads it, or it is refused as stale and wrote nothing. Never
+/// `Ok` with the write missing from the newer activation's read (a zombie's write landing
+/// behind its successor's load), never refused with the write present.
+async fn commits_racing_newer_epochs(s1: Arc<dyn StateStore>, s2: Arc<dyn StateStore>) {
+    let a = ActorId::new("Counter", "fence");
+    let mut e = s1.next_epoch(&a).await.unwrap();
+    let (mut landed, mut refused) = (0, 0);
+    for round in 0..200 {
+        let value = format!("v{round}");
+        let commit = tokio::spawn({
+            let (s1, a, value) = (s1.clone(), a.clone(), value.clone());
+            async move { s1.commit(&a, e, &[put("v", &value)]).await }
+        });
+        let next = tokio::spawn({
+            let (s2, a) = (s2.clone(), a.clone());
+            async move {
+                let newer = s2.next_epoch(&a).await.unwrap();
+                (newer, get(&*s2, &a, newer, "v").await)
+            }
+        });
+        let (committed, (newer, seen)) = (commit.await.unwrap(), next.await.unwrap());
+        match committed {
+            Ok(()) => {
+                landed += 1;
+                assert_eq!(
+                    seen.as_deref(),
+                    Some(&*value),
+                    "round {round}: Ok but not read"
+                );
+            }
+            Err(StateError::StaleEpoch { .. }) => {
+                refused += 1;
+                let stored = get(&*s2, &a, newer, "v").await;
+                assert_ne!(
+                    stored.as_deref(),
+                    Some(&*value),
+                    "round {round}: refused but stored"
+                );
+            }
+            Err(other) => panic!("round {round}: {other}"),
+        }
+        e = newer;
+    }
+    eprintln!("commits racing a newer epoch: {landed} landed, {refused} refused");
+    assert_eq!(landed + refused, 200);
+}
+
 #[tokio::test]
 async fn the_memory_store_keeps_the_promises() {
     let s: Arc<dyn StateStore> = Arc::new(MemoryStateStore::new());
     suite(s.clone(), s.clone()).await;
+    commits_racing_newer_epochs(s.clone(), s.clone()).await;
     racing_epochs(vec![s.clone(), s]).await;
 }
 
@@ -172,6 +222,7 @@ async fn the_sqlite_store_keeps_the_promises_across_handles_and_reopening() {
     let s1: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
     let s2: Arc<dyn StateStore> = Arc::new(SqliteStateStore::open(&path).unwrap());
     suite(s1.clone(), s2.clone()).await;
+    commits_racing_newer_epochs(s1.clone(), s2.clone()).await;
     racing_epochs(vec![s1.clone(), s2.clone()]).await;
     drop((s1, s2));
     // Reopened (a restarted process): the state and the epochs are still there.
@@ -293,6 +344,7 @@ async fn the_postgres_store_keeps_the_promises_across_handles_and_reopening() {
     let s1: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
     let s2: Arc<dyn StateStore> = Arc::new(opened.next().unwrap());
     suite(s1.clone(), s2.clone()).await;
+    commits_racing_newer_epochs(s1.clone(), s2.clone()).await;
     racing_epochs(vec![s1.clone(), s2.clone(), s1.clone(), s2.clone()]).await;
     drop((s1, s2));
     let s = PostgresStateStore::open(&dsn).await.unwrap();
@@ -366,9 +418,10 @@ async fn a_postgres_outage_answers_unavailable_and_the_store_recovers_after_it()
     // The server drops the store's connections (an idle timeout, a failover, an admin): the
     // next calls reconnect and succeed, nothing surfaces. The server's goodbye reaches an idle
     // connection asynchronously, so the next statement meets either a closed socket or the
-    // goodbye itself (SQLSTATE 57P01) in place of its answer; rounds make both likely.
+    // goodbye itself (SQLSTATE 57P01) in place of its answer; rounds make both likely, for each
+    // of a read, an epoch and a commit.
     let mut e = e;
-    for round in 0..16 {
+    for round in 0..24 {
         server
             .sql(
                 "postgres",
@@ -376,17 +429,22 @@ async fn a_postgres_outage_answers_unavailable_and_the_store_recovers_after_it()
                  WHERE application_name = 'sigx-sidecar'",
             )
             .await;
-        if round % 2 == 0 {
-            assert_eq!(
+        match round % 3 {
+            0 => assert_eq!(
                 get(&s, &a, e, "n").await.as_deref(),
                 Some("1"),
                 "round {round}"
-            );
-        } else {
-            e = s
-                .next_epoch(&a)
+            ),
+            1 => {
+                e = s
+                    .next_epoch(&a)
+                    .await
+                    .unwrap_or_else(|err| panic!("round {round}: {err}"))
+            }
+            _ => s
+                .commit(&a, e, &[put("n", "1")])
                 .await
-                .unwrap_or_else(|err| panic!("round {round}: {err}"));
+                .unwrap_or_else(|err| panic!("round {round}: {err}")),
         }
     }
     s.commit(&a, e, &[put("n", "1")]).await.unwrap();

@@ -4,9 +4,10 @@
 //! never deleted; `sigx_actor_state`, the entries). Issuing an epoch is one
 //! `INSERT ... ON CONFLICT DO UPDATE SET epoch = epoch + 1 RETURNING epoch`: the row lock makes
 //! concurrent increments queue, so no two callers anywhere get one epoch. A commit is one
-//! transaction that locks the actor's epoch row (`SELECT ... FOR UPDATE`), judges the batch's
-//! epoch against it, applies the batch and commits: an activation issuing a newer epoch waits for
-//! that lock, so the check and the writes are one step against every other host. A read takes
+//! statement (one round trip, its own transaction) that locks the actor's epoch row
+//! (`SELECT ... FOR UPDATE` in a `WITH`), applies the batch only if that row holds the batch's
+//! epoch, and returns the epoch it found to be judged: an activation issuing a newer epoch waits
+//! for that lock, so the check and the writes are one step against every other host. A read takes
 //! its epoch and entries from one snapshot (`REPEATABLE READ`).
 //!
 //! Connection-level failures at run time answer [`StateError::Unavailable`], never a fencing
@@ -271,7 +272,8 @@ impl StateStore for PostgresStateStore {
     ) -> Result<(), StateError> {
         self.timed("committing state", async {
             // A batch applies in order; its effect is each key's last write, so the batch
-            // becomes one upsert and one delete (two statements, whatever its size).
+            // becomes one upsert and one delete, sent with the epoch check as one statement
+            // (one round trip, whatever its size).
             let mut last: HashMap<&str, Option<&[u8]>> = HashMap::new();
             for w in writes {
                 match w {
@@ -289,33 +291,61 @@ impl StateStore for PostgresStateStore {
                     None => del_keys.push(k),
                 }
             }
-            let mut c = self.begin("BEGIN").await?;
-            let current = self.current_epoch(&c, actor, true).await?;
-            if let Err(refused) = judge_epoch(actor, epoch, current) {
-                let _ = self.end(&mut c, "ROLLBACK").await;
-                return Err(refused);
-            }
             let (t, k, e) = (&*actor.actor_type, &*actor.key, epoch as i64);
-            let failed = |e| self.unavailable("cannot write state (nothing was written)", &e);
-            if !put_keys.is_empty() {
-                c.client
-                    .execute(&c.stmts.put, &[&t, &k, &e, &put_keys, &put_values])
-                    .await
-                    .map_err(failed)?;
-            }
-            if !del_keys.is_empty() {
-                c.client
-                    .execute(&c.stmts.delete, &[&t, &k, &del_keys])
-                    .await
-                    .map_err(failed)?;
-            }
-            self.end(&mut c, "COMMIT").await.map_err(|e| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] =
+                [&t, &k, &e, &put_keys, &put_values, &del_keys];
+            let mut c = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| self.unavailable("cannot connect to PostgreSQL", &e))?;
+            let lost = |e| {
                 self.unavailable(
                     "the commit's answer was lost (the batch may or may not be durable; a read \
                      tells)",
                     &e,
                 )
-            })?;
+            };
+            let (row, retried) = match c.client.query_one(&c.stmts.commit, &params).await {
+                Ok(row) => (row, false),
+                // A connection the server ended while it sat idle: the statement met its
+                // goodbye or its closed socket, and did not run there. Once more on a new
+                // connection. (Were it instead to have died mid-statement after committing, the
+                // retry re-applies the same batch under the same epoch, which changes nothing,
+                // or finds a newer epoch, which is answered below as outcome-unknown.)
+                Err(e) if c.reused && pool::ended_while_idle(&e) => {
+                    self.pool.clear_idle();
+                    self.pool
+                        .replace(&mut c)
+                        .await
+                        .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))?;
+                    let row = c.client.query_one(&c.stmts.commit, &params).await;
+                    (row.map_err(lost)?, true)
+                }
+                Err(e) if e.as_db_error().is_some() && !pool::ended_while_idle(&e) => {
+                    // The server refused the statement: it rolled back, nothing was written.
+                    return Err(self.unavailable("cannot write state (nothing was written)", &e));
+                }
+                Err(e) => return Err(lost(e)),
+            };
+            let current = row.get::<_, Option<i64>>(0).unwrap_or(0) as u64;
+            match judge_epoch(actor, epoch, current) {
+                Ok(()) => {}
+                // A retried batch that finds a newer epoch may have landed the first time (a
+                // goodbye can in principle follow a commit): say so, not "refused".
+                Err(_) if retried => {
+                    return Err(StateError::Unavailable {
+                        store: KIND,
+                        message: format!(
+                            "the commit's answer was lost at {} and its retry found {actor} at \
+                             epoch {current}, past this activation's {epoch} (the batch may or \
+                             may not be durable; a read tells)",
+                            self.target
+                        ),
+                    });
+                }
+                Err(refused) => return Err(refused),
+            }
             Ok(())
         })
         .await

@@ -16,8 +16,7 @@ pub(super) struct Statements {
     pub epoch_for_update: Statement,
     pub read_keys: Statement,
     pub read_all: Statement,
-    pub put: Statement,
-    pub delete: Statement,
+    pub commit: Statement,
 }
 
 /// One connection and its statements.
@@ -144,7 +143,7 @@ impl Pool {
 }
 
 async fn prepare(c: &Client) -> Result<Statements, tokio_postgres::Error> {
-    let (next_epoch, epoch, epoch_for_update, read_keys, read_all, put, delete) = futures::try_join!(
+    let (next_epoch, epoch, epoch_for_update, read_keys, read_all, commit) = futures::try_join!(
         c.prepare(
             "INSERT INTO sigx_actor_epochs (actor_type, actor_key, epoch) VALUES ($1, $2, 1)
                  ON CONFLICT (actor_type, actor_key)
@@ -164,15 +163,28 @@ async fn prepare(c: &Client) -> Result<Statements, tokio_postgres::Error> {
             "SELECT key, value FROM sigx_actor_state
                  WHERE actor_type = $1 AND actor_key = $2 ORDER BY key"
         ),
+        // A batch in one statement, so one round trip (see `commit` in mod.rs): `cur` locks the
+        // actor's epoch row (a newer epoch being issued waits for the lock, or — issued first —
+        // is the version `FOR UPDATE` returns), the writes apply only when it holds the
+        // batch's epoch, and the epoch found comes back to be judged. Puts and deletes name
+        // disjoint keys (each key's last write), so no row is changed twice.
         c.prepare(
-            "INSERT INTO sigx_actor_state (actor_type, actor_key, key, value, epoch)
+            "WITH cur AS (
+                 SELECT epoch FROM sigx_actor_epochs
+                 WHERE actor_type = $1 AND actor_key = $2
+                 FOR UPDATE
+             ), put AS (
+                 INSERT INTO sigx_actor_state (actor_type, actor_key, key, value, epoch)
                  SELECT $1, $2, k, v, $3 FROM unnest($4::text[], $5::bytea[]) AS t(k, v)
+                 WHERE EXISTS (SELECT 1 FROM cur WHERE cur.epoch = $3)
                  ON CONFLICT (actor_type, actor_key, key)
-                 DO UPDATE SET value = excluded.value, epoch = excluded.epoch"
-        ),
-        c.prepare(
-            "DELETE FROM sigx_actor_state
-                 WHERE actor_type = $1 AND actor_key = $2 AND key = ANY($3::text[])"
+                 DO UPDATE SET value = excluded.value, epoch = excluded.epoch
+             ), del AS (
+                 DELETE FROM sigx_actor_state
+                 WHERE actor_type = $1 AND actor_key = $2 AND key = ANY($6::text[])
+                     AND EXISTS (SELECT 1 FROM cur WHERE cur.epoch = $3)
+             )
+             SELECT (SELECT epoch FROM cur)"
         ),
     )?;
     Ok(Statements {
@@ -181,7 +193,6 @@ async fn prepare(c: &Client) -> Result<Statements, tokio_postgres::Error> {
         epoch_for_update,
         read_keys,
         read_all,
-        put,
-        delete,
+        commit,
     })
 }
