@@ -9,6 +9,10 @@
 //!   file and pragmas (WAL, `synchronous = FULL`), `BEGIN IMMEDIATE`, from a blocking task as an
 //!   async app would; PostgreSQL: one `INSERT ... ON CONFLICT` over a tokio-postgres connection
 //!   (autocommit, the server's default durability).
+//! * the same call without the write (`Counter.keep`), and the same call whose handler issues the
+//!   baseline upsert to the store itself (`Counter.own`, what an app without sigx state would
+//!   do): what the write through sigx adds to a call is `set − keep`, and `set / own` compares the
+//!   two ways of making a call durable on the same path.
 //! * activation with state load: the first call to an actor whose state is already stored (the
 //!   claim, the epoch, the Activate turn reading the state back through the sidecar).
 //!
@@ -22,6 +26,7 @@ use sigx_sidecar::state::sqlite::SqliteStateStore;
 
 #[path = "../../sidecar/tests/support/postgres.rs"]
 mod pg;
+use futures::future::BoxFuture;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,7 +36,10 @@ const WRITES: usize = 1_200;
 const ROUNDS: usize = 6;
 const ACTIVATIONS: usize = 300;
 
-fn app() -> App {
+/// The baseline write (the `i`th value), callable from the app's handler as well as the bench.
+type Writer = Arc<dyn Fn(usize) -> BoxFuture<'static, ()> + Send + Sync>;
+
+fn app(own: Writer) -> App {
     let counter = ActorType::new("Counter", |ctx: Context| async move {
         Ok(ctx.storage().get::<i64>("v").await?.unwrap_or(0))
     })
@@ -39,6 +47,18 @@ fn app() -> App {
         ctx.storage().put("v", &v)?;
         *ctx.state().await = v;
         Ok(())
+    })
+    .json_method("keep", |ctx, v: i64| async move {
+        *ctx.state().await = v;
+        Ok(())
+    })
+    .json_method("own", move |ctx, v: i64| {
+        let own = own.clone();
+        async move {
+            own(v as usize).await;
+            *ctx.state().await = v;
+            Ok(())
+        }
     })
     .json_method("get", |ctx, (): ()| async move { Ok(*ctx.state().await) });
     App::new("state-bench").actor(counter)
@@ -49,11 +69,15 @@ fn p(lat: &mut [f64], q: f64) -> f64 {
     lat[((lat.len() as f64 - 1.0) * q) as usize]
 }
 
-async fn start(dir: &Path, store: SharedStateStore) -> (Host, Client, sigx_sdk::ServeHandle) {
+async fn start(
+    dir: &Path,
+    store: SharedStateStore,
+    own: Writer,
+) -> (Host, Client, sigx_sdk::ServeHandle) {
     let socket = dir.join("s.sock");
     let host = sigx_e2e::single_host::start(&socket, "bench", store).await;
     let client = Client::lazy(&socket).with_timeout(Duration::from_secs(10));
-    let serving = app().spawn(&client);
+    let serving = app(own).spawn(&client);
     let deadline = Instant::now() + Duration::from_secs(20);
     while client
         .call_json::<(), i64>("Counter", "warm", "get", &())
@@ -81,8 +105,11 @@ fn baseline_db(path: &Path) -> Arc<Mutex<rusqlite::Connection>> {
     Arc::new(Mutex::new(conn))
 }
 
-async fn direct_upsert(db: &Arc<Mutex<rusqlite::Connection>>, i: usize) {
-    let db = db.clone();
+fn sqlite_writer(db: Arc<Mutex<rusqlite::Connection>>) -> Writer {
+    Arc::new(move |i| Box::pin(direct_upsert(db.clone(), i)))
+}
+
+async fn direct_upsert(db: Arc<Mutex<rusqlite::Connection>>, i: usize) {
     tokio::task::spawn_blocking(move || {
         let mut conn = db.lock().unwrap();
         let tx = conn
@@ -100,59 +127,85 @@ async fn direct_upsert(db: &Arc<Mutex<rusqlite::Connection>>, i: usize) {
     .unwrap();
 }
 
-/// Alternates `ROUNDS` blocks of baseline writes and sigx writes; prints the table.
-async fn writes<B, BF>(what: &str, client: &Client, base_write: B)
-where
-    B: Fn(usize) -> BF,
-    BF: std::future::Future<Output = ()>,
-{
-    for i in 0..100 {
-        base_write(i).await;
-        client
-            .call_json::<i64, ()>("Counter", "w", "set", &(i as i64))
-            .await
-            .unwrap();
-    }
-    let (mut base, mut sigx) = (Vec::new(), Vec::new());
-    let per_round = WRITES / ROUNDS;
-    for round in 0..ROUNDS {
-        for i in 0..per_round {
-            let t = Instant::now();
-            base_write(round * per_round + i).await;
-            base.push(t.elapsed().as_secs_f64() * 1e6);
+/// Times `WRITES` sequential calls of `method` (or of the baseline write when `method` is None),
+/// appending microseconds to `into`.
+async fn timed(
+    client: &Client,
+    base: &Writer,
+    method: Option<&str>,
+    from: usize,
+    into: &mut Vec<f64>,
+) {
+    for i in from..from + WRITES / ROUNDS {
+        let t = Instant::now();
+        match method {
+            None => base(i).await,
+            Some(m) => client
+                .call_json::<i64, ()>("Counter", "w", m, &(i as i64))
+                .await
+                .unwrap(),
         }
-        for i in 0..per_round {
-            let t = Instant::now();
+        into.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+}
+
+/// Alternates `ROUNDS` blocks of each path, so that all see the same machine; prints the table.
+async fn writes(what: &str, client: &Client, base: &Writer) {
+    const PATHS: [Option<&str>; 4] = [None, Some("set"), Some("keep"), Some("own")];
+    for i in 0..100 {
+        base(i).await;
+        for m in PATHS.iter().flatten() {
             client
-                .call_json::<i64, ()>("Counter", "w", "set", &((round * per_round + i) as i64))
+                .call_json::<i64, ()>("Counter", "w", m, &(i as i64))
                 .await
                 .unwrap();
-            sigx.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    let (b50, b99, s50, s99) = (
-        p(&mut base, 0.5),
-        p(&mut base, 0.99),
-        p(&mut sigx, 0.5),
-        p(&mut sigx, 0.99),
-    );
-    println!("{what}: {WRITES} sequential writes each, alternating in {ROUNDS} rounds");
+    let mut lat: [Vec<f64>; 4] = Default::default();
+    let per_round = WRITES / ROUNDS;
+    for round in 0..ROUNDS {
+        for (k, m) in PATHS.iter().enumerate() {
+            timed(client, base, *m, round * per_round, &mut lat[k]).await;
+        }
+    }
+    let [mut base_l, mut set, mut keep, mut own] = lat;
+    let (b50, b99) = (p(&mut base_l, 0.5), p(&mut base_l, 0.99));
+    let (s50, s99) = (p(&mut set, 0.5), p(&mut set, 0.99));
+    let (k50, k99) = (p(&mut keep, 0.5), p(&mut keep, 0.99));
+    let (o50, o99) = (p(&mut own, 0.5), p(&mut own, 0.99));
+    println!("{what}: {WRITES} sequential calls on each path, alternating in {ROUNDS} rounds");
     println!("| path | p50 µs | p99 µs |");
     println!("|---|---|---|");
     println!("| direct single-row upsert (baseline) | {b50:.0} | {b99:.0} |");
-    println!("| write through sigx (app → sidecar → store → result) | {s50:.0} | {s99:.0} |");
     println!(
-        "| ratio sigx / baseline | {:.2}× | {:.2}× |",
+        "| write through sigx (`set`: app → sidecar → store → result) | {s50:.0} | {s99:.0} |"
+    );
+    println!("| the same call without the write (`keep`) | {k50:.0} | {k99:.0} |");
+    println!(
+        "| the same call, the handler upserting to the store itself (`own`) | {o50:.0} | {o99:.0} |"
+    );
+    println!(
+        "| ratio `set` / baseline (issue 13's figure, end to end) | {:.2}× | {:.2}× |",
         s50 / b50,
         s99 / b99
+    );
+    println!(
+        "| what the write adds to a call, `set − keep` at p50, / baseline p50 | {:.0} µs = {:.2}× | |",
+        s50 - k50,
+        (s50 - k50) / b50
+    );
+    println!(
+        "| ratio `set` / `own` (sigx state against writing the store from the handler) | {:.2}× | {:.2}× |",
+        s50 / o50,
+        s99 / o99
     );
     println!();
 }
 
 /// The first call to actors whose state is stored (claim + epoch + Activate reading it) next to
 /// a warm call, on a host restarted so that none is active.
-async fn activations(dir: &Path, store: SharedStateStore) {
-    let (host, client, serving) = start(dir, store.clone()).await;
+async fn activations(dir: &Path, store: SharedStateStore, own: Writer) {
+    let (host, client, serving) = start(dir, store.clone(), own.clone()).await;
     for k in 0..ACTIVATIONS {
         client
             .call_json::<i64, ()>("Counter", &format!("a{k}"), "set", &(k as i64))
@@ -161,7 +214,7 @@ async fn activations(dir: &Path, store: SharedStateStore) {
     }
     let _ = serving.shutdown().await;
     host.stop(StopKind::Graceful).await;
-    let (host, client, serving) = start(dir, store).await;
+    let (host, client, serving) = start(dir, store, own).await;
     let mut first = Vec::new();
     for k in 0..ACTIVATIONS {
         let t = Instant::now();
@@ -216,21 +269,17 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let store: SharedStateStore =
             Arc::new(SqliteStateStore::open(&dir.path().join("state.db")).unwrap());
-        let (host, client, serving) = start(dir.path(), store.clone()).await;
-        let db = baseline_db(&dir.path().join("state.db"));
-        writes("SQLite (WAL, synchronous=FULL)", &client, |i| {
-            direct_upsert(&db, i)
-        })
-        .await;
+        let own = sqlite_writer(baseline_db(&dir.path().join("state.db")));
+        let (host, client, serving) = start(dir.path(), store.clone(), own.clone()).await;
+        writes("SQLite (WAL, synchronous=FULL)", &client, &own).await;
         let _ = serving.shutdown().await;
         host.stop(StopKind::Fast).await;
-        activations(dir.path(), store).await;
+        activations(dir.path(), store, own).await;
 
         // PostgreSQL: a real server for this run.
         let server = pg::PgServer::start();
         let dsn = server.create_database("bench").await;
         let store: SharedStateStore = Arc::new(PostgresStateStore::open(&dsn).await.unwrap());
-        let (host, client, serving) = start(dir.path(), store.clone()).await;
         let (pgc, conn) = tokio_postgres::connect(&dsn, tokio_postgres::NoTls)
             .await
             .unwrap();
@@ -245,15 +294,20 @@ fn main() {
             )
             .await
             .unwrap();
-        let (pgc, upsert) = (&pgc, &upsert);
-        writes("PostgreSQL 15 (local server)", &client, |i| async move {
-            pgc.execute(upsert, &[&i.to_string().into_bytes()])
-                .await
-                .unwrap();
-        })
-        .await;
+        let pg_conn = Arc::new((pgc, upsert));
+        let own: Writer = Arc::new(move |i| {
+            let pg_conn = pg_conn.clone();
+            Box::pin(async move {
+                let (pgc, upsert) = &*pg_conn;
+                pgc.execute(upsert, &[&i.to_string().into_bytes()])
+                    .await
+                    .unwrap();
+            })
+        });
+        let (host, client, serving) = start(dir.path(), store.clone(), own.clone()).await;
+        writes("PostgreSQL 15 (local server)", &client, &own).await;
         let _ = serving.shutdown().await;
         host.stop(StopKind::Fast).await;
-        activations(dir.path(), store).await;
+        activations(dir.path(), store, own).await;
     });
 }
