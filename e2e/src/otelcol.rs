@@ -156,16 +156,28 @@ impl Collector {
     }
 }
 
-/// The string value of attribute `key` in an OTLP JSON attribute list.
+/// The value of attribute `key` in an OTLP JSON attribute list, as a string (integers in
+/// decimal, booleans as `true`/`false`); empty when absent.
 pub fn attribute(attrs: &serde_json::Value, key: &str) -> String {
     attrs
         .as_array()
         .into_iter()
         .flatten()
         .find(|a| a["key"] == key)
-        .and_then(|a| a["value"]["stringValue"].as_str())
+        .map(|a| {
+            // OTLP/JSON: strings as `stringValue`, 64-bit integers as a decimal string in
+            // `intValue`, booleans as `boolValue`.
+            let v = &a["value"];
+            match (&v["stringValue"], &v["intValue"], &v["boolValue"]) {
+                (serde_json::Value::String(s), _, _) | (_, serde_json::Value::String(s), _) => {
+                    s.clone()
+                }
+                (_, serde_json::Value::Number(n), _) => n.to_string(),
+                (_, _, serde_json::Value::Bool(b)) => b.to_string(),
+                _ => String::new(),
+            }
+        })
         .unwrap_or_default()
-        .to_string()
 }
 
 impl Drop for Collector {

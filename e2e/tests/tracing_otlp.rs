@@ -126,7 +126,6 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     );
     let names = [
         "sigx.call",
-        "sigx.route",
         "sigx.directory.lookup",
         "sigx.mesh.deliver",
         "sigx.mesh.receive",
@@ -153,7 +152,6 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     );
 
     let call = find(&spans, "sigx.call");
-    let route = find(&spans, "sigx.route");
     let lookup = find(&spans, "sigx.directory.lookup");
     let deliver = find(&spans, "sigx.mesh.deliver");
     let receive = find(&spans, "sigx.mesh.receive");
@@ -162,7 +160,6 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     // Which host made which span (the resource's sigx.host is `<pod name>-<incarnation>`).
     for (s, pod) in [
         (call, "ha-"),
-        (route, "ha-"),
         (lookup, "ha-"),
         (deliver, "ha-"),
         (receive, "hb-"),
@@ -171,23 +168,29 @@ async fn one_cross_host_call_is_one_trace_with_the_right_parents() {
     ] {
         assert!(s.host.starts_with(pod), "{} made by {:?}", s.name, s.host);
     }
-    // The parent links: caller's span -> call -> route (A) -> directory look-up and mesh
-    // deliver (A) -> mesh receive (B) -> activation and turn.
+    // The parent links: caller's span -> call (A) -> directory look-up and mesh deliver (A) ->
+    // mesh receive (B) -> activation and turn. The routing loop makes no span of its own: the
+    // call's span covers it, and carries what it learnt.
     assert_eq!(call.parent_span_id, CALLER_SPAN, "sigx.call's parent");
-    assert_eq!(route.parent_span_id, call.span_id, "the routing's parent");
-    assert_eq!(lookup.parent_span_id, route.span_id, "the look-up's parent");
+    assert_eq!(lookup.parent_span_id, call.span_id, "the look-up's parent");
     assert_eq!(
-        deliver.parent_span_id, route.span_id,
+        deliver.parent_span_id, call.span_id,
         "the mesh hop's parent"
+    );
+    assert!(
+        !spans.iter().any(|s| s.name == "sigx.route"),
+        "no span times the routing a second time: {spans:#?}"
     );
     let attr = |s: &Span, k: &str| sigx_e2e::otelcol::attribute(&s.attributes, k);
     assert!(
-        attr(route, "sigx.host").starts_with("hb-"),
-        "sigx.route names the host that answered: {:?}",
-        route.attributes
+        attr(call, "sigx.host").starts_with("hb-"),
+        "sigx.call names the host that answered: {:?}",
+        call.attributes
     );
-    assert_eq!(attr(route, "sigx.result"), "ok");
-    assert_eq!(attr(route, "sigx.actor.type"), "Counter");
+    assert_eq!(attr(call, "sigx.route.cached"), "false", "a first call");
+    assert_eq!(attr(call, "sigx.route.attempts"), "1", "one host tried");
+    assert_eq!(attr(call, "sigx.result"), "ok");
+    assert_eq!(attr(call, "sigx.actor.type"), "Counter");
     assert_eq!(receive.parent_span_id, deliver.span_id, "across the mesh");
     assert_eq!(
         activate.parent_span_id, receive.span_id,
@@ -424,26 +427,19 @@ async fn a_nested_call_from_inside_a_turn_continues_the_trace_across_three_hosts
         found[0].clone()
     };
     let call_a = on("ha-", "sigx.call");
-    let route_a = on("ha-", "sigx.route");
     let deliver_a = on("ha-", "sigx.mesh.deliver");
     let receive_b = on("hb-", "sigx.mesh.receive");
     let activate_b = on("hb-", "sigx.activate");
     let register_b = on("hb-", "sigx.directory.register");
     let turn_b = on("hb-", "sigx.turn");
     let call_b = on("hb-", "sigx.call");
-    let route_b = on("hb-", "sigx.route");
     let deliver_b = on("hb-", "sigx.mesh.deliver");
     let receive_c = on("hc-", "sigx.mesh.receive");
     let turn_c = on("hc-", "sigx.turn");
     let commit_c = on("hc-", "sigx.state.commit");
     let links = [
         (&call_a, CALLER_SPAN, "A's call under the caller's span"),
-        (&route_a, &call_a.span_id, "A's routing under its call"),
-        (
-            &deliver_a,
-            &route_a.span_id,
-            "A's mesh hop under its routing",
-        ),
+        (&deliver_a, &call_a.span_id, "A's mesh hop under its call"),
         (&receive_b, &deliver_a.span_id, "B's receive under A's hop"),
         (
             &activate_b,
@@ -463,14 +459,9 @@ async fn a_nested_call_from_inside_a_turn_continues_the_trace_across_three_hosts
             "the nested call under B's turn span",
         ),
         (
-            &route_b,
-            &call_b.span_id,
-            "B's routing under the nested call",
-        ),
-        (
             &deliver_b,
-            &route_b.span_id,
-            "B's mesh hop under its routing",
+            &call_b.span_id,
+            "B's mesh hop under the nested call",
         ),
         (&receive_c, &deliver_b.span_id, "C's receive under B's hop"),
         (&turn_c, &receive_c.span_id, "C's turn under its receive"),
@@ -498,9 +489,9 @@ async fn a_nested_call_from_inside_a_turn_continues_the_trace_across_three_hosts
     assert_eq!(attr(&call_b, "sigx.actor.key"), "n1");
     assert_eq!(attr(&call_b, "sigx.method"), "count");
     assert!(
-        attr(&route_b, "sigx.host").starts_with("hc-"),
+        attr(&call_b, "sigx.host").starts_with("hc-"),
         "{:?}",
-        route_b.attributes
+        call_b.attributes
     );
     assert!(
         attr(&deliver_b, "sigx.peer").starts_with("hc-"),
