@@ -117,6 +117,7 @@ pub fn dir_view(view: &MembershipView) -> DirView {
 /// view lags" asks the membership to re-read. Keep the returned subscription alive.
 pub fn directory_views(membership: &MembershipHandle) -> (Arc<ViewCell>, Subscription) {
     let lease_handle = membership.clone();
+    let me = membership.self_id().to_string();
     let own_handle = membership.clone();
     let views = Arc::new(
         ViewCell::new(
@@ -125,7 +126,7 @@ pub fn directory_views(membership: &MembershipHandle) -> (Arc<ViewCell>, Subscri
             move || {
                 lease_handle
                     .check_lease()
-                    .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+                    .map_err(|reason| ActorError::fenced(format!("host {me} is fenced: {reason}")))
             },
         )
         .with_own_record(move || {

@@ -33,9 +33,12 @@ impl ActivationGate for LeaseBoundGate {
 
     fn serving_until(&self) -> Result<Option<SystemTime>, ActorError> {
         self.inner.check_serving()?;
-        self.membership
-            .turn_bound()
-            .map_err(|reason| ActorError::fenced(format!("this host is fenced: {reason}")))
+        self.membership.turn_bound().map_err(|reason| {
+            ActorError::fenced(format!(
+                "host {} is fenced: {reason}",
+                self.membership.self_id()
+            ))
+        })
     }
 
     fn check_accepting(&self) -> Result<(), ActorError> {
