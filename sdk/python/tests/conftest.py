@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,28 @@ def sidecar_binary() -> Path:
         f"no sigx-sidecar binary in {[str(c) for c in candidates]}: run `cargo build --workspace "
         "--bins` first, or point SIGX_BIN_DIR at the directory that holds it"
     )
+
+
+CROSS_LANGUAGE = Path(__file__).resolve().parent / "cross_language"
+
+
+def tool(name: str) -> str:
+    """A program the cross-language tests need on PATH (node, go)."""
+    path = shutil.which(name)
+    assert path, f"{name} is not on PATH: the cross-language tests need it (scripts/install-lang-tools.sh)"
+    return path
+
+
+def build_middle_go(dir: Path) -> Path:
+    """Builds the Go hop of the cross-language chain (cross_language/middle-go) into `dir`, after
+    checking that the TypeScript hop's SDK is built."""
+    dist = REPO / "sdk" / "typescript" / "dist" / "index.js"
+    assert dist.is_file(), f"{dist} is missing: build the TypeScript SDK (cd sdk/typescript && npm run build)"
+    out = dir / "middle-go"
+    build = subprocess.run([tool("go"), "build", "-o", str(out), "."], cwd=CROSS_LANGUAGE / "middle-go",
+                           capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, f"building the Go hop failed:\n{build.stdout}{build.stderr}"
+    return out
 
 
 @pytest.fixture(scope="session")

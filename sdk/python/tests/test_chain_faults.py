@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -40,9 +39,8 @@ import pytest
 import sigx
 from sigx.errors import AppError, InvalidError, SigxError
 
-from conftest import sidecar_binary
+from conftest import CROSS_LANGUAGE as HERE, build_middle_go, sidecar_binary, tool
 
-HERE = Path(__file__).resolve().parent / "cross_language"
 
 # Leases (beat = TTL / 5). A turn is bounded by its host's lease, so a chain whose last host is
 # frozen past its TTL needs longer leases upstream to outlive the freeze.
@@ -50,22 +48,10 @@ TTL_MS = 1_000
 LONG_TTL_MS = 10_000
 
 
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} is not on PATH: this test needs it (scripts/install-lang-tools.sh)"
-    return path
-
-
 @pytest.fixture(scope="module")
 def middle_go() -> Iterator[Path]:
-    dist = HERE.parents[2] / "typescript" / "dist" / "index.js"
-    assert dist.is_file(), f"{dist} is missing: build the TypeScript SDK (cd sdk/typescript && npm run build)"
     with tempfile.TemporaryDirectory(prefix="sigx-cf-go-") as d:
-        out = Path(d) / "middle-go"
-        build = subprocess.run([tool("go"), "build", "-o", str(out), "."], cwd=HERE / "middle-go",
-                               capture_output=True, text=True, timeout=600)
-        assert build.returncode == 0, f"building the Go hop failed:\n{build.stdout}{build.stderr}"
-        yield out
+        yield build_middle_go(Path(d))
 
 
 @dataclass
@@ -215,68 +201,74 @@ def answer_of(caller: threading.Thread, answer: list):
     return a
 
 
-def test_the_last_hops_host_fenced_with_a_turn_in_flight_ends_the_chain_outcome_unknown(
-        middle_go: Path, chain_dir: Path) -> None:
-    # h3's lease is short (1 s) and every Counter turn takes 500 ms; h1's and h2's leases outlive
-    # the freeze below, so their turns are still waiting when h3 answers.
+@pytest.fixture
+def slow_chain(middle_go: Path, chain_dir: Path) -> Iterator[Chain]:
+    """h3's lease is short (1 s) and every Counter turn takes 500 ms; h1's and h2's leases
+    (10 s) outlive a fault of h3, so their turns are still waiting when it is judged."""
     chain = Chain(chain_dir, middle_go, ttls_ms=(LONG_TTL_MS, LONG_TTL_MS, TTL_MS), counter_delay_ms=500)
     try:
-        assert front(chain, "f", {"method": "increment", "payload": "1"}) == b"1"
-        counter = chain.hosts[2]
-        caller, answer = in_flight(chain, "f", {"method": "increment", "payload": "1"})
-        # h3's sidecar frozen (its app keeps running and answers) for 1.3 x its TTL: on SIGCONT
-        # it finds its lease lapsed and fences, and the answer its app gave cannot be reported.
-        # (h2 judges h3 expired only after h3's TTL plus h2's own drift margin, 1 s: by then h3
-        # has answered. Should h2 judge it first, it ends the call as outcome-unknown too.)
-        counter.sidecar.send_signal(signal.SIGSTOP)
-        time.sleep(1.3 * TTL_MS / 1000)
-        counter.sidecar.send_signal(signal.SIGCONT)
-        e = answer_of(caller, answer)
-        # Outcome-unknown (the increment may have run on h3), decoded by Go and relayed by
-        # TypeScript: never a clean failure such as fenced, timeout or unreachable, never ok.
-        assert isinstance(e, AppError), repr(e)
-        assert e.message.startswith("outcome-unknown: "), e.message
-        # Either h3 itself reports it (naming itself: relayed by h2, nothing else would say which
-        # host fenced) or h2 judged h3 gone first.
-        assert counter.id in e.message, e.message
-        assert ("is fenced" in e.message and "lease lapsed" in e.message) or (
-            "left this host's view with the call in flight" in e.message
-        ), e.message
-        print("in flight:", e.message)
-
-        deadline = time.monotonic() + 10
-        while (state := chain.status(2).state) != "fenced":
-            assert time.monotonic() < deadline, f"{counter.id} is {state!r}, not fenced, 10 s on:\n{counter.log()}"
-            time.sleep(0.05)
-        # A call made now never runs on the fenced host: a clean failure, never outcome-unknown.
-        e = front_error(chain, "f", {"method": "get"})
-        assert not e.message.startswith("outcome-unknown: "), e.message
-        assert e.message.startswith(("activation: ", "unreachable: ")), e.message
-        print("after the fence:", e.message)
+        yield chain
     finally:
         chain.close()
+
+
+def increment_in_flight(chain: Chain, key: str) -> tuple[threading.Thread, list]:
+    """Counter/<key> activated on h3 by a first increment, then a second one handed to h3's app."""
+    assert front(chain, key, {"method": "increment", "payload": "1"}) == b"1"
+    return in_flight(chain, key, {"method": "increment", "payload": "1"})
+
+
+def test_the_last_hops_host_fenced_with_a_turn_in_flight_ends_the_chain_outcome_unknown(
+        slow_chain: Chain) -> None:
+    chain = slow_chain
+    counter = chain.hosts[2]
+    caller, answer = increment_in_flight(chain, "f")
+    # h3's sidecar frozen (its app keeps running and answers) for 1.3 x its TTL: on SIGCONT
+    # it finds its lease lapsed and fences, and the answer its app gave cannot be reported.
+    # (h2 judges h3 expired only after h3's TTL plus h2's own drift margin, 1 s: by then h3
+    # has answered. Should h2 judge it first, it ends the call as outcome-unknown too.)
+    counter.sidecar.send_signal(signal.SIGSTOP)
+    time.sleep(1.3 * TTL_MS / 1000)
+    counter.sidecar.send_signal(signal.SIGCONT)
+    e = answer_of(caller, answer)
+    # Outcome-unknown (the increment may have run on h3), decoded by Go and relayed by
+    # TypeScript: never a clean failure such as fenced, timeout or unreachable, never ok.
+    assert isinstance(e, AppError), repr(e)
+    assert e.message.startswith("outcome-unknown: "), e.message
+    # Either h3 itself reports it (naming itself: relayed by h2, nothing else would say which
+    # host fenced) or h2 judged h3 gone first.
+    assert counter.id in e.message, e.message
+    assert ("is fenced" in e.message and "lease lapsed" in e.message) or (
+        "left this host's view with the call in flight" in e.message
+    ), e.message
+    print("in flight:", e.message)
+
+    deadline = time.monotonic() + 10
+    while (state := chain.status(2).state) != "fenced":
+        assert time.monotonic() < deadline, f"{counter.id} is {state!r}, not fenced, 10 s on:\n{counter.log()}"
+        time.sleep(0.05)
+    # A call made now never runs on the fenced host: a clean failure, never outcome-unknown.
+    e = front_error(chain, "f", {"method": "get"})
+    assert not e.message.startswith("outcome-unknown: "), e.message
+    assert e.message.startswith(("activation: ", "unreachable: ")), e.message
+    print("after the fence:", e.message)
 
 
 def test_the_last_hops_sidecar_killed_with_a_turn_in_flight_ends_the_chain_outcome_unknown(
-        middle_go: Path, chain_dir: Path) -> None:
-    # Long leases upstream, so the call after the kill can outlast h3's expiry.
-    chain = Chain(chain_dir, middle_go, ttls_ms=(LONG_TTL_MS, LONG_TTL_MS, TTL_MS), counter_delay_ms=500)
-    try:
-        assert front(chain, "k", {"method": "increment", "payload": "1"}) == b"1"
-        counter = chain.hosts[2]
-        caller, answer = in_flight(chain, "k", {"method": "increment", "payload": "1"})
-        counter.sidecar.kill()
-        e = answer_of(caller, answer)
-        assert isinstance(e, AppError), repr(e)
-        assert e.message.startswith("outcome-unknown: "), e.message
-        assert counter.id in e.message, e.message
-        print("killed:", e.message)
-        # A call made now never runs on the dead host: a clean failure, never outcome-unknown.
-        e = front_error(chain, "k", {"method": "get"})
-        assert e.message.startswith(("activation: ", "unreachable: ")), e.message
-        print("after the kill:", e.message)
-    finally:
-        chain.close()
+        slow_chain: Chain) -> None:
+    chain = slow_chain
+    counter = chain.hosts[2]
+    caller, answer = increment_in_flight(chain, "k")
+    counter.sidecar.kill()
+    e = answer_of(caller, answer)
+    assert isinstance(e, AppError), repr(e)
+    assert e.message.startswith("outcome-unknown: "), e.message
+    assert counter.id in e.message, e.message
+    print("killed:", e.message)
+    # A call made now never runs on the dead host: a clean failure, never outcome-unknown.
+    e = front_error(chain, "k", {"method": "get"})
+    assert e.message.startswith(("activation: ", "unreachable: ")), e.message
+    print("after the kill:", e.message)
 
 
 def test_the_last_hops_host_holding_another_mesh_secret_refuses_the_middle_hop_unauthenticated(

@@ -6,15 +6,14 @@ type, so every call crosses hosts, sidecars and languages.
 Errors cross every boundary intact: an app or invalid error keeps its kind and its exact message
 through each relay; a kind a handler cannot answer (activation with its unplaceable cause,
 unreachable, wrong-host, timeout) is decoded by the hop that saw it and named at the head of the
-app error it answers; a deadline of the Python caller ends as Timeout here. Not produced here:
-fenced, stale-epoch, unauthenticated and outcome-unknown (each needs a fault injected mid-chain). Needs node (with sdk/typescript built) and go: `make test-lang` installs them.
+app error it answers; a deadline of the Python caller ends as Timeout here. The kinds that need a
+fault injected mid-chain (outcome-unknown, unauthenticated, stale-epoch) are test_chain_faults.py's. Needs node (with sdk/typescript built) and go: `make test-lang` installs them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,27 +27,15 @@ import pytest
 import sigx
 from sigx.errors import AppError, InvalidError, Timeout
 
-from conftest import REPO, sidecar_binary
+from conftest import CROSS_LANGUAGE as HERE, build_middle_go, sidecar_binary, tool
 
-HERE = Path(__file__).resolve().parent / "cross_language"
-
-
-def tool(name: str) -> str:
-    path = shutil.which(name)
-    assert path, f"{name} is not on PATH: the cross-language test needs it (scripts/install-lang-tools.sh)"
-    return path
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Path]:
     bins = sidecar_binary().parent
-    dist = REPO / "sdk" / "typescript" / "dist" / "index.js"
-    assert dist.is_file(), f"{dist} is missing: build the TypeScript SDK (cd sdk/typescript && npm run build)"
     with tempfile.TemporaryDirectory(prefix="sigx-x-") as d:
-        middle = Path(d) / "middle-go"
-        build = subprocess.run([tool("go"), "build", "-o", str(middle), "."], cwd=HERE / "middle-go",
-                               capture_output=True, text=True, timeout=600)
-        assert build.returncode == 0, f"building the Go hop failed:\n{build.stdout}{build.stderr}"
+        middle = build_middle_go(Path(d))
         dev = subprocess.Popen(
             [str(bins / "sigx"), "dev", "up", "--dir", str(Path(d) / "c"),
              "--app", f"exec {tool('node')} {HERE / 'front.mjs'}", "--actors", "Front",

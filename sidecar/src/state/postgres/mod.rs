@@ -103,6 +103,16 @@ impl PostgresStateStore {
         }
     }
 
+    /// Replaces `c`, whose server ended it while it sat in the pool, and drops the other idle
+    /// connections, which most likely went with it.
+    async fn reconnect(&self, c: &mut Pooled) -> Result<(), StateError> {
+        self.pool.clear_idle();
+        self.pool
+            .replace(c)
+            .await
+            .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))
+    }
+
     /// A connection inside a transaction started with `begin`. A connection that broke while
     /// idle is replaced once: nothing was sent on it yet, so nothing can have happened.
     async fn begin(&self, begin: &str) -> Result<Pooled, StateError> {
@@ -119,11 +129,7 @@ impl PostgresStateStore {
             if !(c.reused && pool::ended_while_idle(&e)) {
                 return Err(self.unavailable("cannot start a transaction", &e));
             }
-            self.pool.clear_idle();
-            self.pool
-                .replace(&mut c)
-                .await
-                .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))?;
+            self.reconnect(&mut c).await?;
             c.in_tx = true;
             c.client
                 .batch_execute(begin)
@@ -199,11 +205,7 @@ impl StateStore for PostgresStateStore {
                 // A connection that died while idle: retrying at worst skips an epoch number,
                 // and epochs need only increase.
                 Err(e) if c.reused && pool::ended_while_idle(&e) => {
-                    self.pool.clear_idle();
-                    self.pool
-                        .replace(&mut c)
-                        .await
-                        .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))?;
+                    self.reconnect(&mut c).await?;
                     c.client
                         .query_one(&c.stmts.next_epoch, &params)
                         .await
@@ -314,11 +316,7 @@ impl StateStore for PostgresStateStore {
                 // retry re-applies the same batch under the same epoch, which changes nothing,
                 // or finds a newer epoch, which is answered below as outcome-unknown.)
                 Err(e) if c.reused && pool::ended_while_idle(&e) => {
-                    self.pool.clear_idle();
-                    self.pool
-                        .replace(&mut c)
-                        .await
-                        .map_err(|e| self.unavailable("cannot reconnect to PostgreSQL", &e))?;
+                    self.reconnect(&mut c).await?;
                     let row = c.client.query_one(&c.stmts.commit, &params).await;
                     (row.map_err(lost)?, true)
                 }
