@@ -126,7 +126,7 @@ pub fn directory_views(membership: &MembershipHandle) -> (Arc<ViewCell>, Subscri
             move || {
                 lease_handle
                     .check_lease()
-                    .map_err(|reason| ActorError::fenced(format!("host {me} is fenced: {reason}")))
+                    .map_err(|reason| super::turns::lease_fenced(&me, reason))
             },
         )
         .with_own_record(move || {

@@ -18,6 +18,12 @@ pub struct LeaseBoundGate {
     membership: MembershipHandle,
 }
 
+/// The error for a turn or activation refused because this host's lease no longer holds. One
+/// wording for every path that asks the lease: callers and SDK tests match the host id in it.
+pub(crate) fn lease_fenced(me: &str, reason: impl std::fmt::Display) -> ActorError {
+    ActorError::fenced(format!("host {me} is fenced: {reason}"))
+}
+
 impl LeaseBoundGate {
     /// Bounds `inner`'s turns by `membership`'s lease.
     pub fn new(inner: Arc<dyn ActivationGate>, membership: MembershipHandle) -> Self {
@@ -33,12 +39,9 @@ impl ActivationGate for LeaseBoundGate {
 
     fn serving_until(&self) -> Result<Option<SystemTime>, ActorError> {
         self.inner.check_serving()?;
-        self.membership.turn_bound().map_err(|reason| {
-            ActorError::fenced(format!(
-                "host {} is fenced: {reason}",
-                self.membership.self_id()
-            ))
-        })
+        self.membership
+            .turn_bound()
+            .map_err(|reason| lease_fenced(self.membership.self_id(), reason))
     }
 
     fn check_accepting(&self) -> Result<(), ActorError> {
