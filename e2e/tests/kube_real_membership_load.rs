@@ -1,0 +1,306 @@
+//! What the Lease membership costs a real API server (`sigx_e2e::controlplane`), read from the
+//! server's own metrics rather than counted by the client: Lease PUTs (one renewal per host per
+//! beat), watch events sent (every host watches every Lease of its cluster, so N²/beat, plus the
+//! garbage collector's watch: N(N+1)/beat on a real server), and no
+//! LIST or new WATCH at rest (a watch that keeps breaking would re-list, the costly failure).
+//!
+//! The hosts are the production membership (`KubernetesProvider` + `membership::start`), many in
+//! one process so 50 of them fit on a 2-core machine; their Leases carry no owner (no Pod
+//! exists here for the garbage collector to tie them to).
+//!
+//! `a_fleet_at_rest_costs_one_put_per_host_per_beat_and_n_squared_watch_events` runs in
+//! `make test`. The figures for BENCHMARKS.md (10 and 50 hosts at the production beat):
+//! `cargo test -p sigx-e2e --test kube_real_membership_load -- --ignored --nocapture`.
+//!
+//! Needs `make controlplane` (`make test` builds it).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use sigx_e2e::controlplane::{self, ControlPlane};
+use sigx_sidecar::clock;
+use sigx_sidecar::membership::{
+    HostDescriptor, KubernetesOptions, KubernetesProvider, MembershipConfig, MembershipHandle,
+    start,
+};
+use tokio::time::Instant;
+
+const NS: &str = "apps";
+
+/// The counters this file reads from the API server's `/metrics`, summed over their other labels.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ServerCounters {
+    /// `apiserver_request_total` for `leases`, by verb (`PUT`, `LIST`, `WATCH`, …).
+    lease_requests: BTreeMap<String, f64>,
+    /// `apiserver_watch_events_total` for Leases: events the server sent to watchers.
+    lease_watch_events: f64,
+    /// `apiserver_longrunning_requests` for Lease WATCHes: the watches open now (a gauge).
+    open_lease_watches: f64,
+    /// `process_cpu_seconds_total` of the control-plane process (etcd, API server and controller
+    /// manager run in one process).
+    cpu_seconds: f64,
+}
+
+impl ServerCounters {
+    fn verb(&self, verb: &str) -> f64 {
+        self.lease_requests.get(verb).copied().unwrap_or(0.0)
+    }
+
+    fn since(&self, before: &ServerCounters) -> ServerCounters {
+        let mut lease_requests = self.lease_requests.clone();
+        for (verb, n) in lease_requests.iter_mut() {
+            *n -= before.verb(verb);
+        }
+        ServerCounters {
+            lease_requests,
+            lease_watch_events: self.lease_watch_events - before.lease_watch_events,
+            open_lease_watches: self.open_lease_watches,
+            cpu_seconds: self.cpu_seconds - before.cpu_seconds,
+        }
+    }
+}
+
+/// Parses the Prometheus text the API server serves. Label order and the label that names the
+/// resource changed across releases (`kind` → `resource`), so a sample is matched by the label
+/// values it carries, not by position.
+fn parse_counters(text: &str) -> ServerCounters {
+    let mut out = ServerCounters::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(value) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.trim_matches(|c| c == '"' || c == '}'))
+        };
+        match name {
+            "apiserver_request_total"
+                if label("resource") == Some("leases")
+                    && label("subresource").is_none_or(str::is_empty) =>
+            {
+                if let Some(verb) = label("verb") {
+                    *out.lease_requests.entry(verb.to_string()).or_default() += value;
+                }
+            }
+            "apiserver_watch_events_total"
+                if label("resource") == Some("leases") || label("kind") == Some("Lease") =>
+            {
+                out.lease_watch_events += value
+            }
+            "apiserver_longrunning_requests"
+                if label("resource") == Some("leases") && label("verb") == Some("WATCH") =>
+            {
+                out.open_lease_watches += value
+            }
+            "process_cpu_seconds_total" => out.cpu_seconds = value,
+            _ => {}
+        }
+    }
+    out
+}
+
+async fn server_counters(client: &kube::Client) -> ServerCounters {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a GET request");
+    let text = client
+        .request_text(request)
+        .await
+        .expect("GET /metrics from the API server");
+    parse_counters(&text)
+}
+
+fn descriptor(id: &str) -> HostDescriptor {
+    let mut d = HostDescriptor::new(
+        id,
+        "10.0.0.1:7400",
+        Some(vec!["Counter".into()]),
+        Some(vec!["Counter".into()]),
+    );
+    d.meta.insert("node".into(), format!("node-{id}"));
+    d
+}
+
+/// `n` hosts of cluster `demo` joined and seeing each other.
+async fn fleet(cp: &ControlPlane, n: usize, cfg: &MembershipConfig) -> Vec<MembershipHandle> {
+    let mut hosts = Vec::new();
+    for i in 0..n {
+        let id = format!("h{i:03}");
+        let options = KubernetesOptions {
+            namespace: NS.into(),
+            cluster: "demo".into(),
+            role: "engine".into(),
+            pod_name: format!("pod-{id}"),
+            pod_uid: None,
+            watch_backoff_max: Duration::from_secs(2),
+        };
+        let provider =
+            KubernetesProvider::new(cp.client(NS).await, options, id.as_str(), clock::system())
+                .expect("a Lease provider");
+        hosts.push(
+            start(provider, descriptor(&id), cfg.clone(), clock::system())
+                .await
+                .unwrap_or_else(|e| panic!("{id} joins: {e}")),
+        );
+    }
+    for h in &hosts {
+        if h.wait_for_view(Duration::from_secs(60), |v| v.len() == n)
+            .await
+            .is_err()
+        {
+            let fenced = hosts.iter().filter(|h| h.fence_state().is_some()).count();
+            panic!(
+                "{} sees {} of {n} hosts ({fenced} fenced); the control plane's log:\n{}",
+                h.self_id(),
+                h.view().len(),
+                cp.log_tail(40)
+            );
+        }
+    }
+    hosts
+}
+
+/// One measured window at rest: the server's counters before and after, per second.
+struct Rates {
+    n: usize,
+    beat: Duration,
+    puts: f64,
+    lists: f64,
+    watches: f64,
+    watch_events: f64,
+    open_watches: f64,
+    cpu: f64,
+}
+
+impl Rates {
+    fn n_squared_per_beat(&self) -> f64 {
+        (self.n * self.n) as f64 / self.beat.as_secs_f64()
+    }
+
+    /// The hosts' N watches plus the controller manager's: its garbage collector watches the
+    /// metadata of every kind, Leases included, so a real server sends each renewal N + 1 times.
+    fn with_the_garbage_collector(&self) -> f64 {
+        (self.n * (self.n + 1)) as f64 / self.beat.as_secs_f64()
+    }
+}
+
+async fn measure(n: usize, cfg: MembershipConfig, window: Duration) -> Rates {
+    let cp = ControlPlane::start();
+    let admin = cp.client(NS).await;
+    controlplane::create_namespace(&admin, NS).await;
+    let hosts = fleet(&cp, n, &cfg).await;
+    // One beat to let the joins' last writes and view catch-up settle.
+    tokio::time::sleep(cfg.beat).await;
+    let before = server_counters(&admin).await;
+    let started = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = server_counters(&admin).await;
+    let secs = started.elapsed().as_secs_f64();
+    for h in &hosts {
+        assert_eq!(h.fence_state(), None, "{} fenced at rest", h.self_id());
+        assert_eq!(h.view().len(), n, "{} lost a peer at rest", h.self_id());
+    }
+    for h in &hosts {
+        h.abort();
+    }
+    let d = after.since(&before);
+    Rates {
+        n,
+        beat: cfg.beat,
+        puts: d.verb("PUT") / secs,
+        lists: d.verb("LIST") / secs,
+        watches: d.verb("WATCH") / secs,
+        watch_events: d.lease_watch_events / secs,
+        open_watches: d.open_lease_watches,
+        cpu: d.cpu_seconds / secs,
+    }
+}
+
+fn print(r: &Rates) {
+    println!(
+        "real API server, {} hosts, beat {:?}: {:.1} Lease PUT/s (n/beat = {:.1}), {:.0} watch \
+         events/s (N²/beat = {:.0}, N(N+1)/beat = {:.0}), {:.2} LIST/s, {:.2} new WATCH/s, \
+         {} Lease watches open, control-plane CPU {:.1} %",
+        r.n,
+        r.beat,
+        r.puts,
+        r.n as f64 / r.beat.as_secs_f64(),
+        r.watch_events,
+        r.n_squared_per_beat(),
+        r.with_the_garbage_collector(),
+        r.lists,
+        r.watches,
+        r.open_watches,
+        r.cpu * 100.0
+    );
+}
+
+/// A fleet at rest asks the server for exactly its renewals and nothing else: one PUT per host
+/// per beat, each renewal fanned out to every host's watch (and the garbage collector's), and no
+/// LIST or new WATCH (a watch that
+/// keeps breaking, or a relist on every bookmark, would show here and costs a real API server
+/// far more than the renewals do).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_at_rest_costs_one_put_per_host_per_beat_and_n_squared_watch_events() {
+    let n = 6;
+    let cfg = MembershipConfig::with_timing(Duration::from_millis(500), Duration::from_secs(3));
+    let r = measure(n, cfg, Duration::from_secs(8)).await;
+    print(&r);
+    let per_beat = n as f64 / r.beat.as_secs_f64();
+    assert!(
+        r.puts >= per_beat * 0.8 && r.puts <= per_beat * 1.25,
+        "{:.1} Lease PUT/s from {n} hosts at one renewal per {:?} (expected ~{per_beat:.1})",
+        r.puts,
+        r.beat
+    );
+    assert!(
+        r.watch_events >= r.n_squared_per_beat() * 0.9
+            && r.watch_events <= r.with_the_garbage_collector() * 1.15,
+        "{:.0} watch events/s for {n} hosts each watching all (expected N²/beat = {:.0} to \
+         N(N+1)/beat = {:.0} with the garbage collector's watch)",
+        r.watch_events,
+        r.n_squared_per_beat(),
+        r.with_the_garbage_collector()
+    );
+    assert_eq!(r.lists, 0.0, "a fleet at rest re-listed Leases");
+    assert_eq!(r.watches, 0.0, "a fleet at rest opened new Lease watches");
+}
+
+/// The figures for BENCHMARKS.md: 10 and 50 hosts at the production beat and TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md; about two minutes"]
+async fn watch_fan_out_on_the_real_api_server() {
+    for n in [10, 50] {
+        let r = measure(n, MembershipConfig::default(), Duration::from_secs(30)).await;
+        print(&r);
+        assert!(r.watch_events >= r.n_squared_per_beat() * 0.5);
+    }
+}
+
+#[test]
+fn counters_are_read_by_label_value_not_position() {
+    let text = r#"# HELP apiserver_request_total x
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 12
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="PUT",version="v1"} 99
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="namespace",subresource="",verb="LIST",version="v1"} 2
+apiserver_watch_events_total{group="coordination.k8s.io",resource="leases",version="v1"} 40
+apiserver_watch_events_total{group="",resource="pods",version="v1"} 7
+apiserver_longrunning_requests{component="apiserver",group="coordination.k8s.io",resource="leases",scope="cluster",subresource="",verb="WATCH",version="v1"} 1
+apiserver_longrunning_requests{component="apiserver",group="coordination.k8s.io",resource="leases",scope="namespace",subresource="",verb="WATCH",version="v1"} 6
+process_cpu_seconds_total 1.5
+"#;
+    let c = parse_counters(text);
+    assert_eq!(c.verb("PUT"), 15.0);
+    assert_eq!(c.verb("LIST"), 2.0);
+    assert_eq!(c.lease_watch_events, 40.0);
+    assert_eq!(c.open_lease_watches, 7.0);
+    assert_eq!(c.cpu_seconds, 1.5);
+}
