@@ -3,6 +3,12 @@
 # and kube-controller-manager from the Go module k8s.io/kubernetes) into the clone's
 # .tools/bin/sigx-controlplane, which e2e/src/controlplane.rs starts once per test file.
 #
+# Usage: build-controlplane.sh [1.34]
+# - no argument: Kubernetes 1.37 (e2e/controlplane/go.mod) into .tools/bin/sigx-controlplane;
+# - 1.34: the same source against Kubernetes 1.34, the oldest release sigx supports
+#   (e2e/controlplane/go-1.34.mod, `go build -modfile`) into .tools/bin/sigx-controlplane-1.34,
+#   which `make test` runs the kube_real_* suites on a second time (SIGX_CONTROLPLANE).
+#
 # - A no-op when the binary is newer than every file under e2e/controlplane.
 # - Reuses a Go build cache outside the clone (build time is a feature: the cold build compiles
 #   all of kube-apiserver): GOCACHE=${SIGX_GOCACHE:-$HOME/.cache/go-build}, and Go's default
@@ -12,7 +18,12 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SRC="${ROOT}/e2e/controlplane"
-OUT="${ROOT}/.tools/bin/sigx-controlplane"
+RELEASE="${1:-}"
+case "${RELEASE}" in
+    "") OUT="${ROOT}/.tools/bin/sigx-controlplane"; MODFILE=() ;;
+    1.34) OUT="${ROOT}/.tools/bin/sigx-controlplane-1.34"; MODFILE=(-modfile=go-1.34.mod) ;;
+    *) echo "build-controlplane: no go.mod for Kubernetes '${RELEASE}' (known: 1.37 by default, 1.34)" >&2; exit 2 ;;
+esac
 
 if ! command -v go >/dev/null 2>&1; then
     echo "build-controlplane: 'go' is not on PATH; the e2e control plane needs Go >= 1.26 (go.mod in ${SRC})" >&2
@@ -29,6 +40,6 @@ export GOFLAGS="${GOFLAGS:--p=2} -buildvcs=false"
 mkdir -p "${GOCACHE}" "$(dirname "${OUT}")"
 echo "build-controlplane: building ${OUT} (GOCACHE=${GOCACHE}; a cold build takes several minutes)"
 start=${SECONDS}
-(cd "${SRC}" && go build -trimpath -o "${OUT}.tmp" .)
+(cd "${SRC}" && go build -trimpath "${MODFILE[@]}" -o "${OUT}.tmp" .)
 mv "${OUT}.tmp" "${OUT}"
 echo "build-controlplane: built in $((SECONDS - start)) s"

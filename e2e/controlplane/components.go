@@ -11,9 +11,12 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/server/v3/embed"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	clientgofeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/component-base/featuregate"
 	apiserverapp "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	apiserveroptions "k8s.io/kubernetes/cmd/kube-apiserver/app/options"
 	kcmapp "k8s.io/kubernetes/cmd/kube-controller-manager/app"
@@ -129,6 +132,17 @@ func startAPIServer(ctx context.Context, p *pki, etcdURL string) (string, <-chan
 // (cascading deletion through owner references), Deployments and ReplicaSets (what the
 // operator renders), ServiceAccounts and their tokens, and namespace deletion.
 func startControllerManager(ctx context.Context, kubeconfig string, p *pki) (<-chan error, error) {
+	// Kubernetes 1.34's controller manager turns WatchListClient on while it builds its flags
+	// (OverrideDefaultAtVersion), which panics once the API server in this same process has
+	// registered the feature gates on its flag set. Turning the gate on first makes that a
+	// no-op: the controller manager runs with it on as it does in a real 1.34 cluster. From
+	// 1.35 the gate is on by default and this changes nothing.
+	watchList := featuregate.Feature(clientgofeatures.WatchListClient)
+	if !utilfeature.DefaultFeatureGate.Enabled(watchList) {
+		if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(watchList): true}); err != nil {
+			return nil, fmt.Errorf("turning on %s for the controller manager: %w", watchList, err)
+		}
+	}
 	s, err := kcmoptions.NewKubeControllerManagerOptions()
 	if err != nil {
 		return nil, err

@@ -259,6 +259,19 @@ impl Drop for ControlPlane {
     }
 }
 
+/// The minor version the API server reports (`/version`): the tests that meet a behaviour a
+/// release added branch on it. The suite runs on more than one release (`SIGX_CONTROLPLANE`).
+pub async fn server_minor(client: &kube::Client) -> u32 {
+    let info = client
+        .apiserver_version()
+        .await
+        .expect("GET /version from the API server");
+    info.minor
+        .trim_end_matches('+')
+        .parse()
+        .unwrap_or_else(|e| panic!("the API server's minor version {:?}: {e}", info.minor))
+}
+
 /// The repository's root (the crate's parent), read at run time: a reused target directory may
 /// hold test binaries built from another checkout.
 pub fn repo_root() -> PathBuf {
