@@ -3,7 +3,8 @@
 #   - `helm lint --strict` of charts/sigx (default and non-default values);
 #   - `helm template` output, the generated CRDs, and the manifests the operator's render
 #     functions produce for examples/k8s, through `kubernetes-validate --strict` for
-#     Kubernetes ${K8S_VERSION} (default 1.37.0);
+#     Kubernetes ${K8S_VERSION} (default 1.37.0; `make check-manifests` also runs 1.34.0, the
+#     oldest release the chart's kubeVersion admits), rendered and linted for that release;
 #   - canaries that prove the checkers are not vacuous: a deliberately broken Deployment must
 #     fail kubernetes-validate, and a value of the wrong type must be refused by the chart's
 #     values.schema.json;
@@ -52,39 +53,39 @@ ALT_VALUES=(--set replicaCount=2 --set crds.keep=false --set serviceAccount.name
     --set 'extraArgs={--verbose}' --set 'extraEnv[0].name=X' --set 'extraEnv[0].value=y'
     --set 'imagePullSecrets[0].name=regcred' --set priorityClassName=system-cluster-critical --set watchNamespace=apps)
 
-check "helm lint --strict (defaults)" "${HELM}" lint --strict "${CHART}"
-check "helm lint --strict (non-default values)" "${HELM}" lint --strict "${CHART}" "${ALT_VALUES[@]}"
+check "helm lint --strict (defaults)" "${HELM}" lint --strict --kube-version "${K8S_VERSION}" "${CHART}"
+check "helm lint --strict (non-default values)" "${HELM}" lint --strict --kube-version "${K8S_VERSION}" "${CHART}" "${ALT_VALUES[@]}"
 check "helm template (defaults)" \
-    sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system > '${OUT}/chart.yaml'"
+    sh -c "'${HELM}' template sigx '${CHART}' --kube-version '${K8S_VERSION}' --namespace sigx-system > '${OUT}/chart.yaml'"
 check "helm template (non-default values)" \
-    sh -c "'${HELM}' template sigx '${CHART}' --namespace sigx-system $(printf "'%s' " "${ALT_VALUES[@]}") > '${OUT}/chart-alt.yaml'"
+    sh -c "'${HELM}' template sigx '${CHART}' --kube-version '${K8S_VERSION}' --namespace sigx-system $(printf "'%s' " "${ALT_VALUES[@]}") > '${OUT}/chart-alt.yaml'"
 # rbac.scope=namespace: Roles and RoleBindings only, in watchNamespace and the release namespace.
 NS_VALUES=(--set rbac.scope=namespace --set watchNamespace=apps)
 namespaced_rbac() {
-    "${HELM}" template sigx "${CHART}" --namespace sigx-system "${NS_VALUES[@]}" >"${OUT}/chart-ns.yaml" &&
+    "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --namespace sigx-system "${NS_VALUES[@]}" >"${OUT}/chart-ns.yaml" &&
         ! grep -Eq '^kind: (ClusterRole|ClusterRoleBinding)$' "${OUT}/chart-ns.yaml" &&
         [[ "$(grep -c '^kind: Role$' "${OUT}/chart-ns.yaml")" == 2 ]] &&
         [[ "$(grep -c '^kind: RoleBinding$' "${OUT}/chart-ns.yaml")" == 2 ]]
 }
 check "helm template (rbac.scope=namespace renders Roles only)" namespaced_rbac
-check "helm lint --strict (rbac.scope=namespace)" "${HELM}" lint --strict "${CHART}" "${NS_VALUES[@]}"
+check "helm lint --strict (rbac.scope=namespace)" "${HELM}" lint --strict --kube-version "${K8S_VERSION}" "${CHART}" "${NS_VALUES[@]}"
 no_namespace_refused() {
-    ! "${HELM}" template sigx "${CHART}" --set rbac.scope=namespace >/dev/null 2>"${OUT}/ns.log" &&
+    ! "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --set rbac.scope=namespace >/dev/null 2>"${OUT}/ns.log" &&
         grep -q "set watchNamespace" "${OUT}/ns.log"
 }
 check "rbac.scope=namespace without watchNamespace is refused, saying what to set (canary)" no_namespace_refused
 check "values.schema.json refuses an unknown rbac.scope (canary)" \
-    refuses "${HELM}" template sigx "${CHART}" --set rbac.scope=tenant
+    refuses "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --set rbac.scope=tenant
 no_crds() {
-    "${HELM}" template sigx "${CHART}" --set crds.install=false >"${OUT}/chart-nocrds.yaml" &&
+    "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --set crds.install=false >"${OUT}/chart-nocrds.yaml" &&
         grep -q '^kind: Deployment' "${OUT}/chart-nocrds.yaml" &&
         ! grep -q '^kind: CustomResourceDefinition' "${OUT}/chart-nocrds.yaml"
 }
 check "helm template (crds.install=false renders no CRD)" no_crds
 check "values.schema.json refuses a wrong type (canary)" \
-    refuses "${HELM}" template sigx "${CHART}" --set replicaCount=many
+    refuses "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --set replicaCount=many
 check "values.schema.json refuses an unknown key (canary)" \
-    refuses "${HELM}" template sigx "${CHART}" --set replicas=2
+    refuses "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --set replicas=2
 
 check "render example manifests (cargo test -p sigx-operator --test render_examples)" \
     env SIGX_RENDER_OUT="${OUT}" cargo test -q -p sigx-operator --test render_examples
@@ -210,12 +211,12 @@ ROUTES=(operator/src/server.rs sidecar/src/health.rs)
 
 off_by_default() { grep -q '^kind: Deployment' "${OUT}/chart.yaml" && ! grep -Eq "${OPTION_KINDS}" "${OUT}/chart.yaml"; }
 check "platform options are off by default" off_by_default
-check "helm lint --strict (platform options on)" "${HELM}" lint --strict "${CHART}" "${ON_VALUES[@]}"
+check "helm lint --strict (platform options on)" "${HELM}" lint --strict --kube-version "${K8S_VERSION}" "${CHART}" "${ON_VALUES[@]}"
 # render_on FILE [ARGS]: the chart with every option on (and ARGS) into FILE.
 render_on() {
     local file="$1"
     shift
-    "${HELM}" template sigx "${CHART}" --namespace sigx-system "${ON_VALUES[@]}" "$@" >"${file}"
+    "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" --namespace sigx-system "${ON_VALUES[@]}" "$@" >"${file}"
 }
 check "helm template (platform options on)" render_on "${OUT}/chart-on.yaml"
 # kubernetes-validate knows only the built-in kinds (it warns and passes on others), so the
@@ -300,7 +301,7 @@ check "selector check refuses an operator-leader FlowSchema wider than its Lease
 helm_refuses() {
     local expected="$1"
     shift
-    ! "${HELM}" template sigx "${CHART}" "$@" >"${OUT}/refused.log" 2>&1 &&
+    ! "${HELM}" template sigx "${CHART}" --kube-version "${K8S_VERSION}" "$@" >"${OUT}/refused.log" 2>&1 &&
         grep -qF "${expected}" "${OUT}/refused.log"
 }
 for option in serviceMonitor.enabled podMonitor.enabled networkPolicy.enabled flowSchema.enabled; do
