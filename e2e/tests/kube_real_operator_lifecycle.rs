@@ -561,3 +561,85 @@ async fn a_cluster_change_rolls_its_roles_one_at_a_time() {
     let (_cp, client, _operator) = start_in_ops().await;
     cluster_changes_roll_one_role_at_a_time(&client).await;
 }
+
+/// The image of the `sigx-sidecar` init container of `pod`.
+fn pod_sidecar_image(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .init_containers
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == "sigx-sidecar")?
+        .image
+        .as_deref()
+}
+
+/// A roll whose new pods crash-loop is reported by its Deployment as progressing until the
+/// progress deadline (600 s by default); pacing must not hold the cluster's other roles behind
+/// it for that long. The operator reads the rolling role's pods while another waits.
+async fn a_crash_looping_roll_holds_no_role_up(client: &kube::Client) {
+    let ns = Ns::create(client, "crashloop", json!({})).await;
+    ns.cluster(json!({"image": SIDECAR})).await;
+    ns.role("a-web", 1, json!({})).await;
+    ns.role("b-engine", 1, json!({})).await;
+    complete_rollout(&ns, "a-web").await;
+    complete_rollout(&ns, "b-engine").await;
+
+    let next = "ghcr.io/sigx/sidecar:0.2.0";
+    set_cluster_image(&ns, next).await;
+    eventually("b-engine to wait for a-web's roll", || async {
+        ns.role_condition("b-engine", "Ready")
+            .await
+            .filter(|c| c.reason == "RollPaced")
+    })
+    .await;
+    let new_pod = eventually("a pod of a-web's new template", || async {
+        ns.pods_of("a-web")
+            .await
+            .into_iter()
+            .find(|p| pod_sidecar_image(p) == Some(next))
+    })
+    .await;
+    // Play the kubelet: the sidecar runs, the app container crashes over and over.
+    let crash_looping = json!({"status": {"phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        "initContainerStatuses": [{"name": "sigx-sidecar", "ready": true, "restartCount": 0,
+            "image": next, "imageID": "", "started": true, "state": {"running": {}}}],
+        "containerStatuses": [{"name": "app", "ready": false, "restartCount": 5,
+            "image": "app", "imageID": "", "state": {"waiting": {"reason": "CrashLoopBackOff",
+            "message": "back-off 2m40s restarting failed container=app"}}}]}});
+    ns.api::<Pod>()
+        .patch_status(
+            &new_pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&crash_looping),
+        )
+        .await
+        .unwrap();
+    let crashed = tokio::time::Instant::now();
+    eventually(
+        "b-engine to roll although a-web's roll crash-loops",
+        || async { (sidecar_image(&ns, "b-engine").await? == next).then_some(()) },
+    )
+    .await;
+    // Well within the paced role's recheck (15 s) plus a reconcile, not the 600 s deadline.
+    assert!(
+        crashed.elapsed() < std::time::Duration::from_secs(30),
+        "b-engine waited {:?} behind a crash-looping roll",
+        crashed.elapsed()
+    );
+    // a-web's roll did not complete: the crash loop, not a completion, let b-engine go.
+    let web: Deployment = ns.get("a-web").await.unwrap();
+    let status = web.status.unwrap_or_default();
+    let completed = status.updated_replicas == Some(1)
+        && status.replicas == Some(1)
+        && status.available_replicas == Some(1);
+    assert!(!completed, "a-web's roll completed: {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_looping_roll_holds_no_other_role_up() {
+    let (_cp, client, _operator) = start_in_ops().await;
+    a_crash_looping_roll_holds_no_role_up(&client).await;
+}

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -191,10 +191,10 @@ async fn operator_as(
         .await;
     // The token is not the admin: what the ClusterRole does not grant is refused.
     let as_operator = ControlPlane::client_from(&config).await;
-    let refused = Api::<Pod>::namespaced(as_operator, RELEASE_NS)
+    let refused = Api::<ConfigMap>::namespaced(as_operator, RELEASE_NS)
         .list(&ListParams::default())
         .await
-        .expect_err("the operator's account may not list pods");
+        .expect_err("the operator's account may not list ConfigMaps");
     assert!(
         matches!(&refused, kube::Error::Api(s) if s.code == 403),
         "{refused}"

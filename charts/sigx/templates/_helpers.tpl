@@ -111,6 +111,11 @@ rbac.scope=cluster, the watched namespace's Role with rbac.scope=namespace. */}}
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# Pods: read (list) while a roll is paced behind another role's, to see that role's pods
+# crash-loop or cannot pull their image; never written.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
 # Leases: read to aggregate cluster status; the sidecars' verbs because Kubernetes lets the
 # operator grant (in the per-cluster Role) only what it holds itself; patch for its own
 # leader-election Lease.

@@ -11,10 +11,14 @@
 //! `metadata.generation` moved) is not held: whoever edited the role asked for that roll.
 //!
 //! A role that cannot finish (its rollout past its progress deadline, pods the ReplicaSet
-//! cannot create, its own apply refused) does not hold the others up: pacing waits for rolls
-//! that progress, never for a stuck one.
+//! cannot create, its own apply refused, pods whose containers crash-loop or cannot pull their
+//! image) does not hold the others up: pacing waits for rolls that progress, never for a stuck
+//! one. The Deployment reports a crash-looping roll as progressing until its progress deadline
+//! (600 s by default), so the pods of a rolling role are read, only while another role waits
+//! behind it.
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
@@ -126,6 +130,16 @@ pub(super) async fn hold(
             continue;
         }
         if let Some(progress) = rolling(deployment) {
+            if let Some(why) =
+                pods_that_cannot_start(ctx, &namespace, &cluster_name, &other_name).await?
+            {
+                tracing::info!(
+                    role = %other_name,
+                    why = %why,
+                    "not waiting for a roll whose pods cannot start"
+                );
+                continue;
+            }
             return Ok(Some(format!(
                 "waiting for role {other_name} of cluster {cluster_name} to finish its roll \
                  ({progress}): a change from the cluster (operator upgrade, cluster spec) rolls \
@@ -144,6 +158,68 @@ pub(super) async fn hold(
         }
     }
     Ok(None)
+}
+
+/// Why the pods of role `role` cannot start as they are, read from the pods themselves (see
+/// [`cannot_start`]); `None` when nothing says so.
+async fn pods_that_cannot_start(
+    ctx: &Context,
+    namespace: &str,
+    cluster: &str,
+    role: &str,
+) -> Result<Option<String>, ReconcileError> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let selector = format!("{}={cluster},{}={role}", labels::CLUSTER, labels::ROLE);
+    let listed = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(ReconcileError::kube(
+            "listing",
+            format!("the pods of ActorRole {namespace}/{role}"),
+        ))?;
+    Ok(cannot_start(&listed.items))
+}
+
+/// The kubelet's reasons for a container that waits and will keep waiting without a change to
+/// the pod template or the image registry: the roll that made it cannot complete.
+const CANNOT_START: [&str; 5] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+];
+
+/// The first container (app or sidecar, init containers included) among `pods` that waits for
+/// one of the [`CANNOT_START`] reasons, described for the log. An old pod crash-looping counts
+/// too: the roll may well replace it, and the cost of not waiting is only that two roles roll
+/// at once, which is what the cluster did before pacing.
+pub(super) fn cannot_start(pods: &[Pod]) -> Option<String> {
+    pods.iter().find_map(|pod| {
+        let status = pod.status.as_ref()?;
+        status
+            .init_container_statuses
+            .iter()
+            .flatten()
+            .chain(status.container_statuses.iter().flatten())
+            .find_map(|c| {
+                let waiting = c.state.as_ref()?.waiting.as_ref()?;
+                let reason = waiting.reason.as_deref()?;
+                CANNOT_START.contains(&reason).then(|| {
+                    format!(
+                        "pod {} container {}: {reason} after {} restart(s){}",
+                        pod.metadata.name.as_deref().unwrap_or("?"),
+                        c.name,
+                        c.restart_count,
+                        waiting
+                            .message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    )
+                })
+            })
+    })
 }
 
 fn template_hash(deployment: &Deployment) -> Option<&str> {
@@ -256,6 +332,66 @@ mod tests {
         let old_pod_left = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 2,
             "availableReplicas": 2});
         assert!(rolling(&deployment(3, old_pod_left)).is_some());
+    }
+
+    fn pod(name: &str, init: serde_json::Value, app: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "status": {"initContainerStatuses": init, "containerStatuses": app},
+        }))
+        .unwrap()
+    }
+
+    fn container(name: &str, state: serde_json::Value, restarts: i32) -> serde_json::Value {
+        json!({"name": name, "ready": false, "restartCount": restarts, "image": "x",
+               "imageID": "", "state": state})
+    }
+
+    #[test]
+    fn a_crash_looping_or_unpullable_container_is_a_roll_that_cannot_start() {
+        let starting = pod(
+            "web-1",
+            json!([container("sigx-sidecar", json!({"running": {}}), 0)]),
+            json!([container(
+                "app",
+                json!({"waiting": {"reason": "ContainerCreating"}}),
+                0
+            )]),
+        );
+        assert_eq!(cannot_start(std::slice::from_ref(&starting)), None);
+        let looping = pod(
+            "web-2",
+            json!([container("sigx-sidecar", json!({"running": {}}), 0)]),
+            json!([container(
+                "app",
+                json!({"waiting": {"reason": "CrashLoopBackOff",
+                "message": "back-off 40s restarting failed container"}}),
+                4
+            )]),
+        );
+        assert_eq!(
+            cannot_start(&[starting.clone(), looping]).as_deref(),
+            Some(
+                "pod web-2 container app: CrashLoopBackOff after 4 restart(s) (back-off 40s \
+                 restarting failed container)"
+            )
+        );
+        let bad_sidecar_image = pod(
+            "web-3",
+            json!([container(
+                "sigx-sidecar",
+                json!({"waiting": {"reason": "ImagePullBackOff"}}),
+                0
+            )]),
+            json!(null),
+        );
+        assert!(
+            cannot_start(&[bad_sidecar_image])
+                .unwrap()
+                .starts_with("pod web-3 container sigx-sidecar: ImagePullBackOff")
+        );
+        let no_status: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}})).unwrap();
+        assert_eq!(cannot_start(&[no_status]), None);
     }
 
     #[test]

@@ -25,8 +25,11 @@ const KIND: &str = "ActorRole";
 /// also triggers the role directly).
 const MISSING_CLUSTER_RECHECK: Duration = Duration::from_secs(60);
 /// How soon a role whose roll is paced looks again whether its turn has come, if no event of
-/// its cluster's Deployments said so first (`pacing::roles_to_wake`): a safety net.
-const PACED_RECHECK: Duration = Duration::from_secs(60);
+/// its cluster's Deployments said so first (`pacing::roles_to_wake`). It is also how soon it
+/// sees that the roll ahead of it crash-loops: a pod's status wakes nothing here (the operator
+/// watches no pods), and a crash loop changes no Deployment. A paced role costs a Deployment
+/// and a pod LIST per recheck, only while a roll is held.
+const PACED_RECHECK: Duration = Duration::from_secs(15);
 
 /// Reconciles one ActorRole.
 pub async fn reconcile(role: Arc<ActorRole>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
