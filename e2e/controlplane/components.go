@@ -74,8 +74,9 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 
 // startAPIServer runs kube-apiserver with the flags a kubeadm cluster would use, scaled down:
 // TLS on 127.0.0.1, client certificates from our CA, Node+RBAC authorization, ServiceAccount
-// tokens signed with our key. The returned channel yields Run's error (or closes) when it stops.
-func startAPIServer(ctx context.Context, p *pki, etcdURL string) (string, <-chan error, error) {
+// tokens signed with our key. `extra` flags come last, so they override these. The returned
+// channel yields Run's error (or closes) when it stops.
+func startAPIServer(ctx context.Context, p *pki, etcdURL string, extra []string) (string, <-chan error, error) {
 	port, err := freePort()
 	if err != nil {
 		return "", nil, err
@@ -105,6 +106,7 @@ func startAPIServer(ctx context.Context, p *pki, etcdURL string) (string, <-chan
 		"--profiling=false",
 		"--cert-dir=" + p.dir,
 	}
+	args = append(args, extra...)
 	if err := fs.Parse(args); err != nil {
 		return "", nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}

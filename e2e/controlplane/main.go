@@ -33,18 +33,26 @@ func main() {
 	dataDir := flag.String("data-dir", "", "directory for etcd data and certificates (default: a fresh temp dir, removed on exit)")
 	crds := flag.String("crds", "", "directory of CustomResourceDefinition YAML files to install before the controller manager starts (optional)")
 	startTimeout := flag.Duration("start-timeout", 120*time.Second, "give up if the control plane is not ready within this long")
+	var apiserverArgs repeated
+	flag.Var(&apiserverArgs, "apiserver-arg", "one more kube-apiserver flag, as --name=value (repeatable; later ones win), for tests that need a server configured otherwise")
 	flag.Parse()
 	if *kubeconfig == "" {
 		fmt.Fprintln(os.Stderr, "sigx-controlplane: --kubeconfig PATH is required (where to write the admin kubeconfig)")
 		os.Exit(2)
 	}
-	if err := run(*kubeconfig, *dataDir, *crds, *startTimeout); err != nil {
+	if err := run(*kubeconfig, *dataDir, *crds, *startTimeout, apiserverArgs); err != nil {
 		fmt.Fprintf(os.Stderr, "sigx-controlplane: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfigPath, dataDir, crdDir string, startTimeout time.Duration) error {
+// repeated collects a flag given more than once.
+type repeated []string
+
+func (r *repeated) String() string     { return fmt.Sprint(*r) }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
+
+func run(kubeconfigPath, dataDir, crdDir string, startTimeout time.Duration, apiserverArgs []string) error {
 	removeDir := false
 	if dataDir == "" {
 		d, err := os.MkdirTemp("", "sigx-controlplane-")
@@ -88,7 +96,7 @@ func run(kubeconfigPath, dataDir, crdDir string, startTimeout time.Duration) err
 
 	apiCtx, apiCancel := context.WithCancel(context.Background())
 	defer apiCancel()
-	apiURL, apiDone, err := startAPIServer(apiCtx, pki, etcdURL)
+	apiURL, apiDone, err := startAPIServer(apiCtx, pki, etcdURL, apiserverArgs)
 	if err != nil {
 		return fmt.Errorf("starting kube-apiserver: %w", err)
 	}

@@ -61,6 +61,18 @@ impl ControlPlane {
         Self::start_with(&["--crds".as_ref(), dir.as_os_str()])
     }
 
+    /// Starts a fresh control plane whose API server also gets `flags` (each `--name=value`,
+    /// after and over the harness's own), for a test that needs the server configured
+    /// otherwise (say, no watch cache for a resource, or frequent etcd compaction).
+    pub fn start_with_apiserver_flags(flags: &[&str]) -> ControlPlane {
+        let args: Vec<std::ffi::OsString> = flags
+            .iter()
+            .map(|f| std::ffi::OsString::from(format!("--apiserver-arg={f}")))
+            .collect();
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        Self::start_with(&refs)
+    }
+
     fn start_with(extra: &[&std::ffi::OsStr]) -> ControlPlane {
         let bin = binary();
         assert!(
@@ -143,6 +155,27 @@ impl ControlPlane {
             .expect("kube config from the admin kubeconfig");
         config.default_namespace = namespace.to_string();
         kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// An admin client like [`ControlPlane::client`] that reaches the API server at `url`
+    /// instead (a proxy in front of it on 127.0.0.1, which the serving certificate covers).
+    pub async fn client_at(&self, namespace: &str, url: &str) -> kube::Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kube config from the admin kubeconfig");
+        config.default_namespace = namespace.to_string();
+        config.cluster_url = url.parse().expect("a proxy URL");
+        kube::Client::try_from(config).expect("kube client")
+    }
+
+    /// The API server's URL, from the admin kubeconfig.
+    pub fn server_url(&self) -> String {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
+        kc.clusters
+            .first()
+            .and_then(|c| c.cluster.as_ref()?.server.clone())
+            .expect("a server in the admin kubeconfig")
     }
 
     /// Writes a kubeconfig like the admin one with `namespace` as the default namespace, for

@@ -1,4 +1,5 @@
 #![forbid(unsafe_code)]
+pub mod apiserver_metrics;
 pub mod chaos;
 pub mod controlplane;
 pub mod kube_double;
