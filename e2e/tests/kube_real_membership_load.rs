@@ -18,62 +18,23 @@ use std::time::Duration;
 
 use sigx_e2e::apiserver_metrics::server_counters;
 use sigx_e2e::controlplane::{self, ControlPlane};
-use sigx_sidecar::clock;
-use sigx_sidecar::membership::{
-    HostDescriptor, KubernetesOptions, KubernetesProvider, MembershipConfig, MembershipHandle,
-    start,
-};
+use sigx_e2e::lease_fleet::{lease_host, wait_all_see};
+use sigx_sidecar::membership::{MembershipConfig, MembershipHandle};
 use tokio::time::Instant;
 
 const NS: &str = "apps";
-
-fn descriptor(id: &str) -> HostDescriptor {
-    let mut d = HostDescriptor::new(
-        id,
-        "10.0.0.1:7400",
-        Some(vec!["Counter".into()]),
-        Some(vec!["Counter".into()]),
-    );
-    d.meta.insert("node".into(), format!("node-{id}"));
-    d
-}
 
 /// `n` hosts of cluster `demo` joined and seeing each other.
 async fn fleet(cp: &ControlPlane, n: usize, cfg: &MembershipConfig) -> Vec<MembershipHandle> {
     let mut hosts = Vec::new();
     for i in 0..n {
         let id = format!("h{i:03}");
-        let options = KubernetesOptions {
-            namespace: NS.into(),
-            cluster: "demo".into(),
-            role: "engine".into(),
-            pod_name: format!("pod-{id}"),
-            pod_uid: None,
-            watch_backoff_max: Duration::from_secs(2),
-        };
-        let provider =
-            KubernetesProvider::new(cp.client(NS).await, options, id.as_str(), clock::system())
-                .expect("a Lease provider");
-        hosts.push(
-            start(provider, descriptor(&id), cfg.clone(), clock::system())
-                .await
-                .unwrap_or_else(|e| panic!("{id} joins: {e}")),
-        );
+        hosts.push(lease_host(cp.client(NS).await, NS, &id, cfg, Duration::from_secs(2)).await);
     }
-    for h in &hosts {
-        if h.wait_for_view(Duration::from_secs(60), |v| v.len() == n)
-            .await
-            .is_err()
-        {
-            let fenced = hosts.iter().filter(|h| h.fence_state().is_some()).count();
-            panic!(
-                "{} sees {} of {n} hosts ({fenced} fenced); the control plane's log:\n{}",
-                h.self_id(),
-                h.view().len(),
-                cp.log_tail(40)
-            );
-        }
-    }
+    wait_all_see(&hosts, n, Duration::from_secs(60), || {
+        format!("; the control plane's log:\n{}", cp.log_tail(40))
+    })
+    .await;
     hosts
 }
 

@@ -18,11 +18,8 @@ use std::time::Duration;
 
 use sigx_e2e::apiserver_metrics::server_counters;
 use sigx_e2e::controlplane::{self, ControlPlane};
-use sigx_sidecar::clock;
-use sigx_sidecar::membership::{
-    HostDescriptor, KubernetesOptions, KubernetesProvider, MembershipConfig, MembershipHandle,
-    start,
-};
+use sigx_e2e::lease_fleet::lease_host;
+use sigx_sidecar::membership::{MembershipConfig, MembershipHandle};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
@@ -95,26 +92,7 @@ impl Drop for CutProxy {
 }
 
 async fn host(client: kube::Client, id: &str, cfg: &MembershipConfig) -> MembershipHandle {
-    let options = KubernetesOptions {
-        namespace: NS.into(),
-        cluster: "demo".into(),
-        role: "engine".into(),
-        pod_name: format!("pod-{id}"),
-        pod_uid: None,
-        watch_backoff_max: Duration::from_millis(200),
-    };
-    let provider =
-        KubernetesProvider::new(client, options, id, clock::system()).expect("a Lease provider");
-    let mut descriptor = HostDescriptor::new(
-        id,
-        "10.0.0.1:7400",
-        Some(vec!["Counter".into()]),
-        Some(vec!["Counter".into()]),
-    );
-    descriptor.meta.insert("node".into(), format!("node-{id}"));
-    start(provider, descriptor, cfg.clone(), clock::system())
-        .await
-        .unwrap_or_else(|e| panic!("{id} joins: {e}"))
+    lease_host(client, NS, id, cfg, Duration::from_millis(200)).await
 }
 
 fn ids(h: &MembershipHandle) -> Vec<String> {

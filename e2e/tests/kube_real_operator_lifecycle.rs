@@ -478,13 +478,19 @@ async fn set_cluster_image(ns: &Ns, image: &str) {
         .unwrap();
 }
 
-async fn cluster_changes_roll_one_role_at_a_time(client: &kube::Client) {
-    let ns = Ns::create(client, "pacing", json!({})).await;
+/// Namespace `name` with cluster `demo` and two roles, `a-web` and `b-engine`, rolled out.
+async fn two_rolled_out_roles(client: &kube::Client, name: &'static str) -> Ns {
+    let ns = Ns::create(client, name, json!({})).await;
     ns.cluster(json!({"image": SIDECAR})).await;
     ns.role("a-web", 1, json!({})).await;
     ns.role("b-engine", 1, json!({})).await;
     complete_rollout(&ns, "a-web").await;
     complete_rollout(&ns, "b-engine").await;
+    ns
+}
+
+async fn cluster_changes_roll_one_role_at_a_time(client: &kube::Client) {
+    let ns = two_rolled_out_roles(client, "pacing").await;
 
     // The cluster's image moves: a-web rolls first, b-engine holds the old template and says why.
     set_cluster_image(&ns, "ghcr.io/sigx/sidecar:0.2.0").await;
@@ -578,12 +584,7 @@ fn pod_sidecar_image(pod: &Pod) -> Option<&str> {
 /// progress deadline (600 s by default); pacing must not hold the cluster's other roles behind
 /// it for that long. The operator reads the rolling role's pods while another waits.
 async fn a_crash_looping_roll_holds_no_role_up(client: &kube::Client) {
-    let ns = Ns::create(client, "crashloop", json!({})).await;
-    ns.cluster(json!({"image": SIDECAR})).await;
-    ns.role("a-web", 1, json!({})).await;
-    ns.role("b-engine", 1, json!({})).await;
-    complete_rollout(&ns, "a-web").await;
-    complete_rollout(&ns, "b-engine").await;
+    let ns = two_rolled_out_roles(client, "crashloop").await;
 
     let next = "ghcr.io/sigx/sidecar:0.2.0";
     set_cluster_image(&ns, next).await;

@@ -9,6 +9,7 @@
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use sigx_e2e::kube_double::{KubeDouble, Mode};
+use sigx_e2e::lease_fleet::wait_all_see;
 use sigx_sidecar::clock;
 use sigx_sidecar::membership::kubernetes::{CLUSTER_LABEL, DESCRIPTOR_ANNOTATION, ROLE_LABEL};
 use sigx_sidecar::membership::{
@@ -485,19 +486,7 @@ async fn watch_fan_out() {
                 .expect("join"),
             );
         }
-        for h in &hosts {
-            if h.wait_for_view(Duration::from_secs(60), |v| v.len() == n)
-                .await
-                .is_err()
-            {
-                let fenced = hosts.iter().filter(|h| h.fence_state().is_some()).count();
-                panic!(
-                    "{} sees {} of {n} hosts; {fenced} fenced",
-                    h.self_id(),
-                    h.view().len()
-                );
-            }
-        }
+        wait_all_see(&hosts, n, Duration::from_secs(60), String::new).await;
         double.reset_stats();
         let window = Duration::from_secs(20);
         tokio::time::sleep(window).await;
