@@ -149,23 +149,24 @@ impl ControlPlane {
 
     /// An admin client, with `namespace` as its default namespace.
     pub async fn client(&self, namespace: &str) -> kube::Client {
-        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .expect("kube config from the admin kubeconfig");
-        config.default_namespace = namespace.to_string();
-        kube::Client::try_from(config).expect("kube client")
+        self.admin_client(namespace, None).await
     }
 
     /// An admin client like [`ControlPlane::client`] that reaches the API server at `url`
     /// instead (a proxy in front of it on 127.0.0.1, which the serving certificate covers).
     pub async fn client_at(&self, namespace: &str, url: &str) -> kube::Client {
+        self.admin_client(namespace, Some(url)).await
+    }
+
+    async fn admin_client(&self, namespace: &str, url: Option<&str>) -> kube::Client {
         let kc = Kubeconfig::read_from(&self.kubeconfig).expect("read the admin kubeconfig");
         let mut config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .expect("kube config from the admin kubeconfig");
         config.default_namespace = namespace.to_string();
-        config.cluster_url = url.parse().expect("a proxy URL");
+        if let Some(url) = url {
+            config.cluster_url = url.parse().expect("a proxy URL");
+        }
         kube::Client::try_from(config).expect("kube client")
     }
 
