@@ -330,8 +330,19 @@ pub fn helm() -> PathBuf {
     path
 }
 
-/// The oldest Kubernetes release the chart admits (`kubeVersion` in `charts/sigx/Chart.yaml`).
-pub const CHART_KUBE_VERSION: &str = "1.34.0";
+/// The oldest Kubernetes release the chart admits, read from its `kubeVersion` (`>=X.Y.Z-0`
+/// in `charts/sigx/Chart.yaml`), so the two cannot drift apart.
+pub fn chart_kube_version() -> String {
+    let chart: serde_json::Value = repo_yaml("charts/sigx/Chart.yaml");
+    let constraint = chart["kubeVersion"]
+        .as_str()
+        .expect("charts/sigx/Chart.yaml names a kubeVersion");
+    constraint
+        .trim_start_matches(">=")
+        .trim_end_matches("-0")
+        .trim()
+        .to_string()
+}
 
 /// The objects `helm template sigx charts/sigx <args>` renders, as JSON (empty documents
 /// dropped); a failed render fails the test with helm's error.
@@ -341,7 +352,7 @@ pub fn chart_template(args: &[&str]) -> Vec<serde_json::Value> {
         .arg(repo_root().join("charts/sigx"))
         // Without a cluster helm assumes a release older than the chart's kubeVersion admits.
         // The oldest admitted one: nothing in the chart branches on the release.
-        .args(["--kube-version", CHART_KUBE_VERSION])
+        .args(["--kube-version", &chart_kube_version()])
         .args(args)
         .output()
         .expect("run helm template");
