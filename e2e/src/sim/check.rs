@@ -318,7 +318,10 @@ pub fn reminder_violations(history: &[Event], probe_at: u64) -> Vec<Violation> {
     out
 }
 
-fn late_reminders(history: &[Event], probe_at: u64) -> Vec<Violation> {
+/// The reminders due by `probe_at` (the quiet point) that no app has received yet, as their
+/// `ReminderSet` events. The run's tail waits on this list emptying, and what is left at the
+/// end is a liveness violation.
+pub fn unfired_due_reminders(history: &[Event], probe_at: u64) -> Vec<&Event> {
     let fired: BTreeSet<(&str, &str)> = history
         .iter()
         .filter_map(|e| match &e.ev {
@@ -328,23 +331,35 @@ fn late_reminders(history: &[Event], probe_at: u64) -> Vec<Violation> {
         .collect();
     history
         .iter()
+        .filter(|e| match &e.ev {
+            Ev::ReminderSet {
+                actor,
+                name,
+                due_ms,
+            } => *due_ms <= probe_at && !fired.contains(&(actor.as_str(), name.as_str())),
+            _ => false,
+        })
+        .collect()
+}
+
+fn late_reminders(history: &[Event], probe_at: u64) -> Vec<Violation> {
+    unfired_due_reminders(history, probe_at)
+        .into_iter()
         .filter_map(|e| match &e.ev {
             Ev::ReminderSet {
                 actor,
                 name,
                 due_ms,
-            } if *due_ms <= probe_at && !fired.contains(&(actor.as_str(), name.as_str())) => {
-                Some(Violation {
-                    promise: Promise::Liveness,
-                    what: format!(
-                        "reminder {name:?} of {actor}, set at t={}ms and due at t={due_ms}ms, \
-                         never fired, though the faults healed and the fleet was quiet by \
-                         t={probe_at}ms",
-                        e.t_ms
-                    ),
-                    actor: Some(actor.clone()),
-                })
-            }
+            } => Some(Violation {
+                promise: Promise::Liveness,
+                what: format!(
+                    "reminder {name:?} of {actor}, set at t={}ms and due at t={due_ms}ms, \
+                     never fired, though the faults healed and the fleet was quiet by \
+                     t={probe_at}ms",
+                    e.t_ms
+                ),
+                actor: Some(actor.clone()),
+            }),
             _ => None,
         })
         .collect()

@@ -36,6 +36,14 @@ use tokio::time::Instant;
 /// The actor type every simulated app registers.
 pub const ACTOR_TYPE: &str = "Counter";
 
+/// The reminder scheduler's timing on every simulated host: short, so that reminders fire and
+/// retry many times within a run.
+pub const REMINDER_POLL_MS: u64 = 100;
+/// A reminder delivery's bound, as `SchedulerConfig::call_timeout`.
+pub const REMINDER_CALL_TIMEOUT_MS: u64 = 1000;
+/// The longest pause between a reminder's failed attempts, as `SchedulerConfig::retry_max`.
+pub const REMINDER_RETRY_MAX_MS: u64 = 400;
+
 /// The wall clock of simulated time zero.
 pub fn epoch() -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_800_000_000)
@@ -230,11 +238,11 @@ pub async fn run(
             source,
             shared_clock.clone(),
             sigx_sidecar::reminders::SchedulerConfig {
-                poll: Duration::from_millis(100),
+                poll: Duration::from_millis(REMINDER_POLL_MS),
                 lookahead: Duration::from_millis(200),
-                call_timeout: Duration::from_secs(1),
+                call_timeout: Duration::from_millis(REMINDER_CALL_TIMEOUT_MS),
                 retry_min: Duration::from_millis(100),
-                retry_max: Duration::from_millis(400),
+                retry_max: Duration::from_millis(REMINDER_RETRY_MAX_MS),
                 max_attempts: u32::MAX,
                 ..Default::default()
             },

@@ -203,6 +203,14 @@ pub const RECOVERY_WINDOW_MS: u64 = 12_000;
 const PROBE_MS: u64 = 3000;
 /// A fenced host is restarted (as a new incarnation) this long after it fenced.
 const RESTART_FENCED_MS: u64 = 300;
+/// The run's last stretch after the probes are answered: the registration checks' answers.
+const TAIL_MS: u64 = 300;
+/// How much longer the tail may run for a due reminder that has not fired yet. The probes
+/// prove the directory answers again, but a reminder attempt that failed on a recovering
+/// partition just before that waits out its backoff (up to `retry_max`) and the scheduler's
+/// next poll before it tries again (seed 6168777: the retry was due 14 ms after a 300 ms tail).
+const REMINDER_TAIL_MS: u64 =
+    host::REMINDER_RETRY_MAX_MS + host::REMINDER_POLL_MS + host::REMINDER_CALL_TIMEOUT_MS;
 
 /// Which promise a violation breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1091,8 +1099,16 @@ pub fn run(cfg: SimConfig) -> SimReport {
     for h in d.serving() {
         d.send(&h, Command::CheckRegistrations);
     }
-    let end = d.now() + 300;
+    let end = d.now() + TAIL_MS;
     d.run_until(end, |_| false);
+    d.run_until(end + REMINDER_TAIL_MS, |d| {
+        (d.now() == end || d.now().is_multiple_of(10))
+            && check::unfired_due_reminders(
+                &d.shared.history.lock().expect("history lock"),
+                probe_at,
+            )
+            .is_empty()
+    });
     let conflicting: u64 = d
         .shared
         .hosts
