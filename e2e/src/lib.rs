@@ -3,6 +3,7 @@ pub mod apiserver_metrics;
 pub mod chaos;
 pub mod controlplane;
 pub mod kube_double;
+pub mod kubelet;
 pub mod lease_fleet;
 pub mod otelcol;
 pub mod probe;
