@@ -85,7 +85,10 @@ struct Shared {
     pods: Mutex<HashMap<String, RunningPod>>,
     /// Pods being started or stopped (by uid): the sync loop leaves them alone.
     busy: Mutex<HashSet<String>>,
-    next: AtomicU32,
+    /// Pods bound so far: the round-robin's position.
+    bound: AtomicU32,
+    /// Pods started so far: each gets the next IP and directory.
+    started: AtomicU32,
     failure: Mutex<Option<String>>,
     stopped: Mutex<Vec<Stopped>>,
 }
@@ -158,7 +161,8 @@ impl Kubelet {
                 .expect("a kubelet dir"),
             pods: Mutex::new(HashMap::new()),
             busy: Mutex::new(HashSet::new()),
-            next: AtomicU32::new(0),
+            bound: AtomicU32::new(0),
+            started: AtomicU32::new(0),
             failure: Mutex::new(None),
             stopped: Mutex::new(Vec::new()),
         });
@@ -351,7 +355,7 @@ async fn sync(shared: &Arc<Shared>) -> Result<(), String> {
 
 /// Binds `pod` to the next node, round-robin, as the scheduler would.
 async fn bind(shared: &Shared, pod: &Pod) -> Result<(), String> {
-    let n = shared.next.fetch_add(1, Ordering::Relaxed) as usize;
+    let n = shared.bound.fetch_add(1, Ordering::Relaxed) as usize;
     let (node, _) = NODES[n % NODES.len()];
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
@@ -382,7 +386,7 @@ async fn start_pod(shared: &Arc<Shared>, pod: &Pod) -> Result<(), String> {
     let ns = pod.namespace().unwrap_or_default();
     let uid = pod.uid().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
-    let n = shared.next.fetch_add(1, Ordering::Relaxed);
+    let n = shared.started.fetch_add(1, Ordering::Relaxed);
     let ip = format!("127.77.{}.{}", 1 + n / 200, 10 + n % 200);
     let dir = shared.dir.path().join(format!("p{n}"));
     std::fs::create_dir_all(&dir).map_err(|e| format!("pod dir: {e}"))?;
